@@ -1,0 +1,40 @@
+"""Python SDK for the A2H hub: agents ask, humans answer.
+
+    async with Hub("http://127.0.0.1:8000", token=AGENT_TOKEN) as hub:
+        answer = await hub.ask("me", "Deploy now?", conversation="deploys",
+                               choices=["yes", "no"])
+"""
+
+from client_sdk.client import Hub, new_op_id
+from client_sdk.errors import (
+    A2HError,
+    AccessDenied,
+    AlreadyResolved,
+    Conflict,
+    ConnectionLost,
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    RequestError,
+    RetryableError,
+    UnknownOutcome,
+)
+from client_sdk.models import Answer, Item
+
+__all__ = [
+    "A2HError",
+    "AccessDenied",
+    "AlreadyResolved",
+    "Answer",
+    "Conflict",
+    "ConnectionLost",
+    "Hub",
+    "InvalidRequest",
+    "Item",
+    "NotFound",
+    "Overloaded",
+    "RequestError",
+    "RetryableError",
+    "UnknownOutcome",
+    "new_op_id",
+]

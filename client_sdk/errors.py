@@ -1,0 +1,106 @@
+"""The SDK's exception tree, grouped by what the caller can do::
+
+    A2HError
+    ├── RequestError          fix the request: nothing to retry
+    │   ├── InvalidRequest    bad field, too large, unknown type
+    │   ├── Conflict          op_id reused with a different payload (.request = existing)
+    │   └── AlreadyResolved   the request already has its resolution (.answer)
+    ├── NotFound              no such request (or not yours: indistinguishable on purpose)
+    ├── AccessDenied          token missing, revoked, or not allowed to do this
+    ├── Overloaded            the room is full; the SDK never retries this by itself
+    └── RetryableError        try again later (hub unavailable, internal error, rate limit)
+        └── ConnectionLost    the socket dropped before the hub answered
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.protocol import ErrorCode
+
+
+class A2HError(Exception):
+    """Root of every SDK error."""
+
+    code: str = "internal"
+
+    def __init__(self, message: str = "", *, code: str | None = None,
+                 request: dict[str, Any] | None = None) -> None:
+        super().__init__(message or self.code)
+        if code is not None:
+            self.code = code
+        self.message = message or self.code
+        self.request = request
+
+
+class RequestError(A2HError):
+    code = "invalid"
+
+
+class InvalidRequest(RequestError):
+    code = "invalid"
+
+
+class Conflict(RequestError):
+    code = "conflict"
+
+
+class AlreadyResolved(RequestError):
+    code = "already_resolved"
+
+    @property
+    def answer(self) -> Any:
+        from client_sdk.models import Answer
+
+        return Answer.from_view(self.request) if self.request else None
+
+
+class NotFound(A2HError):
+    code = "not_found"
+
+
+class AccessDenied(A2HError):
+    code = "forbidden"
+
+
+class Overloaded(A2HError):
+    code = "overloaded"
+
+
+class RetryableError(A2HError):
+    code = "unavailable"
+
+
+class ConnectionLost(RetryableError):
+    code = "connection_lost"
+
+
+class UnknownOutcome(A2HError):
+    """A journaled call may or may not have happened; a human must settle it."""
+
+    code = "unknown_outcome"
+
+
+_BY_CODE: dict[str, type[A2HError]] = {
+    ErrorCode.BAD_JSON: InvalidRequest,
+    ErrorCode.BINARY_FRAME: InvalidRequest,
+    ErrorCode.UNKNOWN_TYPE: InvalidRequest,
+    ErrorCode.INVALID: InvalidRequest,
+    ErrorCode.TOO_LARGE: InvalidRequest,
+    ErrorCode.LIMIT_EXCEEDED: InvalidRequest,
+    ErrorCode.CONFLICT: Conflict,
+    ErrorCode.ALREADY_RESOLVED: AlreadyResolved,
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.UNAUTHORIZED: AccessDenied,
+    ErrorCode.FORBIDDEN: AccessDenied,
+    ErrorCode.OVERLOADED: Overloaded,
+    ErrorCode.RATE_LIMITED: RetryableError,
+    ErrorCode.UNAVAILABLE: RetryableError,
+    ErrorCode.INTERNAL: RetryableError,
+}
+
+
+def from_frame(frame: dict[str, Any]) -> A2HError:
+    code = str(frame.get("code") or "internal")
+    cls = _BY_CODE.get(code, RetryableError)
+    return cls(str(frame.get("message") or code), code=code, request=frame.get("request"))

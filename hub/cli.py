@@ -1,0 +1,272 @@
+"""``a2h``: serve the hub, manage tokens, ask from a shell.
+
+Every ``serve`` flag has an environment twin: ``--room-idle`` is ``A2H_ROOM_IDLE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from dataclasses import fields
+from typing import Any
+
+from hub.config import Settings, coerce
+
+EXIT_ANSWERED = 0
+EXIT_ERROR = 1
+EXIT_DECLINED = 10
+EXIT_EXPIRED = 11
+EXIT_CANCELLED = 12
+EXIT_PENDING = 13
+
+_HELP = {
+    "host": "address to listen on", "port": "port to listen on (0: any free port)",
+    "db": "SQLite database file", "sync": "SQLite synchronous mode: full or normal",
+    "room_idle": "seconds before an idle room is dropped from memory",
+    "room_mailbox": "messages a room queues before answering 'overloaded'",
+    "max_frame": "largest WebSocket frame in bytes (bigger closes with 1009)",
+    "outbox_bytes": "bytes a socket may fall behind before it is closed with 'resync'",
+    "retention": "seconds resolved requests are kept", "alarm_sweep":
+    "seconds between sweeps for overdue deadlines", "session_ttl": "browser session seconds",
+    "heartbeat": "WebSocket ping interval, seconds (0: off)",
+    "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
+    "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
+    "log_level": "debug, info, warning or error",
+    "bootstrap_tenant": "tenant created on the first start of an empty store",
+    "bootstrap_human": "human created on the first start of an empty store",
+}
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("A2H_" + name.upper(), default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="a2h", description="A2H hub: agents ask, humans answer.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the hub")
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        serve.add_argument(flag, dest=f.name, default=None,
+                           help=f"{_HELP.get(f.name, '')} (env A2H_{f.name.upper()})")
+
+    token = sub.add_parser("token", help="create or revoke tokens")
+    tsub = token.add_subparsers(dest="token_command", required=True)
+    create = tsub.add_parser("create", help="print one new token on stdout")
+    create.add_argument("--db", default=_env("db", "./a2h.db"))
+    create.add_argument("--tenant", default="default")
+    who = create.add_mutually_exclusive_group(required=True)
+    who.add_argument("--agent", metavar="NAME")
+    who.add_argument("--human", metavar="HANDLE")
+    who.add_argument("--admin", metavar="NAME", nargs="?", const="admin")
+    create.add_argument("--expires-in", type=float, default=None, help="seconds")
+    revoke = tsub.add_parser("revoke", help="revoke a token")
+    revoke.add_argument("token")
+    revoke.add_argument("--db", default=_env("db", "./a2h.db"))
+
+    ask = sub.add_parser("ask", help="ask a human and print the answer")
+    ask.add_argument("question")
+    ask.add_argument("--to", required=True)
+    ask.add_argument("--choices", default=None, help="comma-separated")
+    ask.add_argument("--conversation", default="cli")
+    ask.add_argument("--approval", action="store_true", help="ask for an approval")
+    ask.add_argument("--wait", type=float, default=None,
+                     help="give up after this many seconds (default: until resolved)")
+    ask.add_argument("--expires-in", type=float, default=None)
+    ask.add_argument("--op-id", default=None)
+    ask.add_argument("--url", default=_env("url", "http://127.0.0.1:8000"))
+    ask.add_argument("--token", default=_env("token"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return serve(args)
+        if args.command == "token":
+            return token_command(args)
+        if args.command == "ask":
+            return asyncio.run(ask_command(args))
+    except KeyboardInterrupt:
+        return 130
+    return EXIT_ERROR
+
+
+# ---------------------------------------------------------------------------- token
+
+
+def token_command(args: argparse.Namespace) -> int:
+    from hub.store import NewerDatabase, Role
+    from hub.store.sqlite import issue_token, revoke_token_file
+
+    try:
+        if args.token_command == "create":
+            if args.agent:
+                role, name = Role.AGENT, args.agent
+            elif args.human:
+                role, name = Role.HUMAN, args.human
+            else:
+                role, name = Role.ADMIN, args.admin
+            expires = None
+            if args.expires_in is not None:
+                import time
+
+                expires = time.time() + args.expires_in
+            print(issue_token(args.db, args.tenant, role, name, expires))
+            return 0
+        ok = revoke_token_file(args.db, args.token)
+        print("revoked" if ok else "no such active token", file=sys.stderr)
+        return 0 if ok else EXIT_ERROR
+    except NewerDatabase as exc:
+        print(f"a2h: {exc}", file=sys.stderr)
+        return 2
+
+
+# ---------------------------------------------------------------------------- ask
+
+
+async def ask_command(args: argparse.Namespace) -> int:
+    import orjson
+
+    from client_sdk import A2HError, Hub
+
+    if not args.token:
+        print("a2h ask: give --token or set A2H_TOKEN (an agent token)", file=sys.stderr)
+        return EXIT_ERROR
+    choices = [c.strip() for c in args.choices.split(",") if c.strip()] if args.choices else None
+    try:
+        async with Hub(args.url, token=args.token) as hub:
+            per_wait = 60.0 if args.wait is None else min(60.0, args.wait)
+            answer = await hub.ask(args.to, args.question, conversation=args.conversation,
+                                   choices=choices, wait=per_wait, expires_in=args.expires_in,
+                                   op_id=args.op_id,
+                                   kind="approval" if args.approval else "question")
+            loop = asyncio.get_running_loop()
+            end = None if args.wait is None else loop.time() + args.wait
+            while answer.pending and (end is None or loop.time() < end):
+                left = 60.0 if end is None else min(60.0, max(0.0, end - loop.time()))
+                answer = await hub.wait(answer.op_id, left)
+    except A2HError as exc:
+        print(f"a2h ask: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    if answer.pending:
+        print(f"a2h ask: still pending; re-attach with op_id {answer.op_id}", file=sys.stderr)
+        return EXIT_PENDING
+    value = answer.value
+    if isinstance(value, str):
+        print(value)
+    elif value is not None:
+        print(orjson.dumps(value).decode())
+    codes = {"answered": EXIT_ANSWERED, "declined": EXIT_DECLINED, "expired": EXIT_EXPIRED,
+             "cancelled": EXIT_CANCELLED}
+    if answer.status != "answered":
+        print(f"a2h ask: {answer.status}", file=sys.stderr)
+    return codes.get(answer.status, EXIT_ERROR)
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for f in fields(Settings):
+        raw = getattr(args, f.name, None)
+        if raw is not None:
+            overrides[f.name] = coerce(f.name, raw)
+    return Settings.from_env(**overrides)
+
+
+def bootstrap(settings: Settings) -> tuple[str, str] | None:
+    """On an empty store: create the default tenant, a human and an agent token."""
+    from hub.store import Role
+    from hub.store.sqlite import connect_sync, create_token_sync, new_token
+
+    conn = connect_sync(settings.db, settings.sync.upper())
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if conn.execute("SELECT 1 FROM tokens LIMIT 1").fetchone():
+            conn.execute("COMMIT")
+            return None
+        human = new_token(Role.HUMAN)
+        agent = new_token(Role.AGENT)
+        create_token_sync(conn, human, settings.bootstrap_tenant, Role.HUMAN,
+                          settings.bootstrap_human)
+        create_token_sync(conn, agent, settings.bootstrap_tenant, Role.AGENT, "default")
+        conn.execute("COMMIT")
+        return human, agent
+    finally:
+        conn.close()
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hub.server import create_app
+    from hub.store import NewerDatabase
+
+    settings = settings_from_args(args)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        first = bootstrap(settings)
+    except NewerDatabase as exc:
+        print(f"a2h: {exc}", file=sys.stderr)
+        return 2
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        print(f"a2h: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    base = f"http://{settings.host}:{port}"
+    app = create_app(settings)
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:  # pragma: no cover
+        loop = "asyncio"
+    config = uvicorn.Config(
+        app, ws="websockets-sansio", ws_per_message_deflate=False,
+        ws_max_size=settings.max_frame,
+        ws_ping_interval=settings.heartbeat or None, ws_ping_timeout=settings.heartbeat or None,
+        loop=loop, lifespan="on", log_level=settings.log_level.lower(), access_log=False,
+        proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            if first is not None:
+                human, agent = first
+                print(f"\n  A2H hub is up. Open the inbox of '{settings.bootstrap_human}':\n"
+                      f"    {base}/#token={human}\n\n"
+                      f"  Agent token (tenant '{settings.bootstrap_tenant}'):\n    {agent}\n"
+                      f"  Shown once: only their hashes are stored.\n", flush=True)
+            print(f"a2h: serving on {base}", flush=True)
+        await task
+
+    asyncio.run(run()) if loop == "asyncio" else _run_uvloop(run)
+    return 0
+
+
+def _run_uvloop(fn: Any) -> None:
+    import uvloop
+
+    uvloop.run(fn())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Settings, apart from the CLI. Every field has a flag ``--name-with-dashes`` and an
+environment twin ``A2H_NAME`` (see ``hub.cli``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    db: str = "./a2h.db"
+    #: SQLite synchronous mode: "full" (durable against power loss) or "normal".
+    sync: str = "full"
+    #: Seconds a room may sit idle before it is dropped from memory (hibernation).
+    room_idle: float = 30.0
+    #: Messages a room's mailbox holds before callers get ``overloaded``.
+    room_mailbox: int = 1000
+    #: Largest WebSocket frame accepted, bytes (bigger closes with 1009).
+    max_frame: int = 64 * 1024
+    #: Bytes a connection's outbox may hold before it is closed with "resync" (4000).
+    outbox_bytes: int = 1024 * 1024
+    #: Seconds resolved requests are kept (idempotency and audit) before deletion.
+    retention: float = 24 * 3600.0
+    #: Seconds between sweeps of the store for overdue deadlines.
+    alarm_sweep: float = 1.0
+    #: Seconds a browser session lasts.
+    session_ttl: float = 7 * 24 * 3600.0
+    #: WebSocket ping interval, seconds (0 disables).
+    heartbeat: float = 20.0
+    #: Extra origins allowed to open browser (cookie) WebSockets, comma-separated.
+    allowed_origins: list[str] = field(default_factory=list)
+    #: Proxy addresses trusted for X-Forwarded-* (uvicorn's --forwarded-allow-ips).
+    forwarded_allow_ips: str = "127.0.0.1"
+    log_level: str = "info"
+    #: Tenant/human created on the first start of an empty store.
+    bootstrap_tenant: str = "default"
+    bootstrap_human: str = "me"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        s = cls()
+        for f in fields(cls):
+            key = "A2H_" + f.name.upper()
+            if key in env:
+                setattr(s, f.name, coerce(f.name, env[key]))
+        for k, v in overrides.items():
+            if v is not None:
+                setattr(s, k, v)
+        return s
+
+
+def coerce(name: str, raw: str) -> Any:
+    default = getattr(Settings(), name)
+    if isinstance(default, bool):
+        return raw.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, list):
+        return [x.strip() for x in raw.split(",") if x.strip()]
+    return raw

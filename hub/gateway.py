@@ -1,0 +1,205 @@
+"""Sockets belong to the gateway, not to rooms: a room can be evicted while its sockets stay.
+
+A :class:`Connection` wraps any transport that can send text and close. Pushes go into a
+bounded outbox (in bytes) drained by at most one short-lived writer task per connection,
+which exists only while there is something to send.
+
+Backpressure policy (invariant 8): a connection whose outbox would exceed its byte limit
+is closed with ``CloseCode.RESYNC`` and its queue is dropped. Nothing is lost: every
+pushed fact is committed, so the client re-reads the store when it reconnects. A slow
+socket never blocks a room, the publisher, or another socket.
+
+Tags: ``inbox:<tenant>:<handle>`` (inbox sockets of one human), ``op:<tenant>:<op_id>``
+(waiters on one request), ``token:<hash>`` (every socket of one token, for revocation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hub.protocol import CloseCode
+
+log = logging.getLogger("a2h.gateway")
+
+_ids = itertools.count(1)
+
+
+def inbox_tag(tenant: str, handle: str) -> str:
+    return f"inbox:{tenant}:{handle}"
+
+
+def op_tag(tenant: str, op_id: str) -> str:
+    return f"op:{tenant}:{op_id}"
+
+
+def token_tag(token_hash: str) -> str:
+    return f"token:{token_hash}"
+
+
+class Connection:
+    __slots__ = ("id", "meta", "tags", "_send", "_close", "_queue", "_bytes", "limit",
+                 "_task", "_closing", "closed", "close_code", "sent", "__weakref__")
+
+    def __init__(self, send: Callable[[str], Awaitable[None]],
+                 close: Callable[[int, str], Awaitable[None]], *, limit: int,
+                 meta: Any = None) -> None:
+        self.id = next(_ids)
+        self.meta = meta
+        self.tags: set[str] = set()
+        self._send = send
+        self._close = close
+        self._queue: deque[str] = deque()
+        self._bytes = 0
+        self.limit = limit
+        self._task: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self.closed = False
+        self.close_code: int | None = None
+        self.sent = 0
+
+    def push(self, text: str) -> bool:
+        """Queue one frame; never blocks. False if the connection is (now) closed."""
+        if self.closed:
+            return False
+        size = len(text)
+        if self._bytes + size > self.limit:
+            log.warning("conn=%s outbox over %d bytes: closing with resync", self.id, self.limit)
+            self.kill(CloseCode.RESYNC, "resync: outbox overflow")
+            return False
+        self._queue.append(text)
+        self._bytes += size
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._flush())
+        return True
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue and not self.closed:
+                text = self._queue.popleft()
+                self._bytes -= len(text)
+                await self._send(text)
+                self.sent += 1
+        except Exception:  # the socket is gone; the session notices and cleans up
+            self.closed = True
+            self._queue.clear()
+            self._bytes = 0
+        finally:
+            self._task = None
+
+    def kill(self, code: int, reason: str) -> None:
+        """Close from the hub's side without waiting (drops the queue)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_code = code
+        self._queue.clear()
+        self._bytes = 0
+        if self._task is not None:
+            self._task.cancel()
+        self._closing = asyncio.get_running_loop().create_task(self._close_now(code, reason))
+
+    async def _close_now(self, code: int, reason: str) -> None:
+        try:
+            await self._close(code, reason)
+        except Exception:
+            pass
+
+    async def aclose(self) -> None:
+        """Called by the owning session on exit: wait for or cancel the writer task."""
+        self.closed = True
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        closing = self._closing
+        if closing is not None:
+            try:
+                await asyncio.wait_for(closing, 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                pass
+
+
+class Gateway:
+    """Connection registry with tags and fan-out."""
+
+    def __init__(self) -> None:
+        self._tags: dict[str, set[Connection]] = {}
+        self.connections: set[Connection] = set()
+        self.published = 0
+        self.delivered = 0
+        self.resyncs = 0
+
+    def add(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def remove(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for tag in conn.tags:
+            members = self._tags.get(tag)
+            if members is not None:
+                members.discard(conn)
+                if not members:
+                    del self._tags[tag]
+        conn.tags.clear()
+
+    def subscribe(self, conn: Connection, tag: str) -> None:
+        self._tags.setdefault(tag, set()).add(conn)
+        conn.tags.add(tag)
+
+    def unsubscribe(self, conn: Connection, tag: str) -> None:
+        members = self._tags.get(tag)
+        if members is not None:
+            members.discard(conn)
+            if not members:
+                del self._tags[tag]
+        conn.tags.discard(tag)
+
+    def members(self, tag: str) -> list[Connection]:
+        return list(self._tags.get(tag, ()))
+
+    def publish(self, tag: str, text: str, *, drop: bool = False) -> int:
+        """Push one encoded frame to every member of ``tag``; ``drop`` ends the tag."""
+        members = self._tags.pop(tag, None) if drop else self._tags.get(tag)
+        if not members:
+            return 0
+        self.published += 1
+        n = 0
+        for conn in list(members):
+            if drop:
+                conn.tags.discard(tag)
+            if conn.push(text):
+                n += 1
+            elif conn.close_code == CloseCode.RESYNC:
+                self.resyncs += 1
+        self.delivered += n
+        return n
+
+    def close_tag(self, tag: str, code: int, reason: str) -> int:
+        members = self._tags.get(tag)
+        if not members:
+            return 0
+        for conn in list(members):
+            conn.kill(code, reason)
+        return len(members)
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "connections": len(self.connections),
+            "tags": len(self._tags),
+            "published": self.published,
+            "delivered": self.delivered,
+            "resyncs": self.resyncs,
+            "queued_bytes": sum(c.queued_bytes for c in self.connections),
+        }

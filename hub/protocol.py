@@ -1,0 +1,463 @@
+"""The wire vocabulary shared by the hub, the SDK and (through web/js/protocol.js) the inbox.
+
+Standard library and orjson only: ``client_sdk`` imports this module.
+
+Every frame is a JSON object in a WebSocket *text* frame with a ``type`` discriminator.
+Client → hub frames carry an integer ``id`` the hub echoes in its reply (``ok`` or
+``error``); pushes carry no ``id``. ``decode_client_frame`` is the one place that turns
+raw bytes into typed frames: past it nobody handles a raw ``dict``.
+
+Error tree (what the caller can do)::
+
+    HubError
+    ├── FixRequest          the caller must change the request   (bad_json, invalid, ...)
+    │   ├── Conflict        same op_id, different payload
+    │   └── AlreadyResolved the request has a terminal resolution (carried along)
+    ├── NotFound            no such request in this tenant
+    ├── Denied              unauthorized / forbidden
+    ├── RetryLater          retryable: true  (unavailable, internal)
+    └── Overloaded          retryable: false — never retried automatically
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, NewType, Union
+
+import orjson
+
+PROTOCOL_VERSION = 1
+
+OpId = NewType("OpId", str)
+Conversation = NewType("Conversation", str)
+
+MAX_FRAME_BYTES = 64 * 1024
+MAX_WAIT_SECONDS = 60.0
+#: How long past a wait an open-ended request stays alive (write-up 000: 60 s block, ~70 s alarm).
+WAIT_GRACE_SECONDS = 10.0
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    DECLINED = "declined"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({Status.ANSWERED, Status.DECLINED, Status.EXPIRED, Status.CANCELLED})
+
+
+class Kind(enum.StrEnum):
+    QUESTION = "question"
+    APPROVAL = "approval"
+
+
+class ErrorCode(enum.StrEnum):
+    BAD_JSON = "bad_json"
+    BINARY_FRAME = "binary_frame"
+    UNKNOWN_TYPE = "unknown_type"
+    INVALID = "invalid"
+    TOO_LARGE = "too_large"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    ALREADY_RESOLVED = "already_resolved"
+    OVERLOADED = "overloaded"
+    RATE_LIMITED = "rate_limited"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+#: error code -> (HTTP status, retryable)
+ERROR_TABLE: dict[ErrorCode, tuple[int, bool]] = {
+    ErrorCode.BAD_JSON: (400, False),
+    ErrorCode.BINARY_FRAME: (400, False),
+    ErrorCode.UNKNOWN_TYPE: (400, False),
+    ErrorCode.INVALID: (400, False),
+    ErrorCode.TOO_LARGE: (413, False),
+    ErrorCode.UNAUTHORIZED: (401, False),
+    ErrorCode.FORBIDDEN: (403, False),
+    ErrorCode.NOT_FOUND: (404, False),
+    ErrorCode.CONFLICT: (409, False),
+    ErrorCode.ALREADY_RESOLVED: (409, False),
+    ErrorCode.OVERLOADED: (503, False),
+    ErrorCode.RATE_LIMITED: (429, True),
+    ErrorCode.LIMIT_EXCEEDED: (429, False),
+    ErrorCode.UNAVAILABLE: (503, True),
+    ErrorCode.INTERNAL: (500, True),
+}
+
+
+class CloseCode(enum.IntEnum):
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    POLICY = 1008
+    TOO_BIG = 1009
+    SERVICE_RESTART = 1012
+    #: The connection's outbox overflowed: reconnect and re-read state from the hub.
+    RESYNC = 4000
+    #: The token was revoked or expired.
+    REVOKED = 4001
+
+
+class HubError(Exception):
+    """Root of every error the hub reports on the wire."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str = "", *, request: dict[str, Any] | None = None) -> None:
+        super().__init__(message or self.code.value)
+        self.message = message or self.code.value
+        self.request = request
+
+    @property
+    def retryable(self) -> bool:
+        return ERROR_TABLE[self.code][1]
+
+    @property
+    def http_status(self) -> int:
+        return ERROR_TABLE[self.code][0]
+
+
+class FixRequest(HubError):
+    code = ErrorCode.INVALID
+
+
+class Invalid(FixRequest):
+    code = ErrorCode.INVALID
+
+
+class BadJson(FixRequest):
+    code = ErrorCode.BAD_JSON
+
+
+class BinaryFrame(FixRequest):
+    code = ErrorCode.BINARY_FRAME
+
+
+class UnknownType(FixRequest):
+    code = ErrorCode.UNKNOWN_TYPE
+
+
+class TooLarge(FixRequest):
+    code = ErrorCode.TOO_LARGE
+
+
+class LimitExceeded(FixRequest):
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class Conflict(FixRequest):
+    code = ErrorCode.CONFLICT
+
+
+class AlreadyResolved(FixRequest):
+    code = ErrorCode.ALREADY_RESOLVED
+
+
+class NotFound(HubError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Denied(HubError):
+    code = ErrorCode.FORBIDDEN
+
+
+class Unauthorized(Denied):
+    code = ErrorCode.UNAUTHORIZED
+
+
+class RetryLater(HubError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class RateLimited(RetryLater):
+    code = ErrorCode.RATE_LIMITED
+
+
+class Overloaded(HubError):
+    code = ErrorCode.OVERLOADED
+
+
+ERRORS_BY_CODE: dict[ErrorCode, type[HubError]] = {
+    ErrorCode.BAD_JSON: BadJson,
+    ErrorCode.BINARY_FRAME: BinaryFrame,
+    ErrorCode.UNKNOWN_TYPE: UnknownType,
+    ErrorCode.INVALID: Invalid,
+    ErrorCode.TOO_LARGE: TooLarge,
+    ErrorCode.LIMIT_EXCEEDED: LimitExceeded,
+    ErrorCode.CONFLICT: Conflict,
+    ErrorCode.ALREADY_RESOLVED: AlreadyResolved,
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.FORBIDDEN: Denied,
+    ErrorCode.UNAUTHORIZED: Unauthorized,
+    ErrorCode.UNAVAILABLE: RetryLater,
+    ErrorCode.RATE_LIMITED: RateLimited,
+    ErrorCode.OVERLOADED: Overloaded,
+    ErrorCode.INTERNAL: RetryLater,
+}
+
+
+# ---------------------------------------------------------------------------- frame types
+
+class T(enum.StrEnum):
+    """Frame ``type`` values, both directions."""
+
+    # client -> hub
+    ASK = "ask"
+    WAIT = "wait"
+    CANCEL = "cancel"
+    UNWATCH = "unwatch"
+    INBOX = "inbox"
+    HISTORY = "history"
+    RESPOND = "respond"
+    PING = "ping"
+    # hub -> client
+    HELLO = "hello"
+    OK = "ok"
+    ERROR = "error"
+    RESOLVED = "resolved"
+    INBOX_ADD = "inbox.add"
+    INBOX_REMOVE = "inbox.remove"
+    RECONNECT = "reconnect"
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    id: int
+    op_id: OpId
+    to: str
+    question: str
+    conversation: Conversation
+    kind: Kind = Kind.QUESTION
+    choices: tuple[str, ...] | None = None
+    context: Any = None
+    default: Any = None
+    wait: float = MAX_WAIT_SECONDS
+    expires_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    id: int
+    op_id: OpId
+    wait: float = MAX_WAIT_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    id: int
+    op_id: OpId
+
+
+@dataclass(frozen=True, slots=True)
+class Unwatch:
+    id: int
+    op_id: OpId
+
+
+@dataclass(frozen=True, slots=True)
+class InboxQuery:
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    id: int
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    id: int
+    op_id: OpId
+    value: Any = None
+    status: Status = Status.ANSWERED
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    id: int
+    data: Any = field(default=None)
+
+
+ClientFrame = Union[Ask, Wait, Cancel, Unwatch, InboxQuery, HistoryQuery, Respond, Ping]
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+class _FrameError(Invalid):
+    pass
+
+
+def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...], what: str) -> Any:
+    if key not in obj:
+        raise Invalid(f"missing field {key!r}")
+    val = obj[key]
+    if not isinstance(val, typ) or isinstance(val, bool) and typ is not bool:
+        raise Invalid(f"field {key!r} must be {what}")
+    return val
+
+
+def _opt_number(obj: dict[str, Any], key: str, default: float | None) -> float | None:
+    val = obj.get(key, default)
+    if val is None:
+        return None
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or val != val:
+        raise Invalid(f"field {key!r} must be a number")
+    return float(val)
+
+
+def _name(obj: dict[str, Any], key: str, max_len: int = 200) -> str:
+    val = _req(obj, key, str, "a string")
+    if not val or len(val) > max_len:
+        raise Invalid(f"field {key!r} must be 1..{max_len} characters")
+    return val
+
+
+def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
+    question = _req(obj, "question", str, "a string")
+    if not question.strip():
+        raise Invalid("field 'question' must not be empty")
+    choices_raw = obj.get("choices")
+    choices: tuple[str, ...] | None = None
+    if choices_raw is not None:
+        if not isinstance(choices_raw, list) or not all(isinstance(c, str) and c for c in choices_raw):
+            raise Invalid("field 'choices' must be a list of non-empty strings")
+        if not choices_raw or len(choices_raw) > 50:
+            raise Invalid("field 'choices' must have 1..50 entries")
+        choices = tuple(choices_raw)
+    kind_raw = obj.get("kind", Kind.QUESTION.value)
+    try:
+        kind = Kind(kind_raw)
+    except ValueError:
+        raise Invalid("field 'kind' must be 'question' or 'approval'") from None
+    wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
+    assert wait is not None
+    if wait < 0:
+        raise Invalid("field 'wait' must be >= 0")
+    expires_in = _opt_number(obj, "expires_in", None)
+    if expires_in is not None and expires_in <= 0:
+        raise Invalid("field 'expires_in' must be > 0")
+    return Ask(
+        id=fid,
+        op_id=OpId(_name(obj, "op_id")),
+        to=_name(obj, "to"),
+        question=question,
+        conversation=Conversation(_name(obj, "conversation")),
+        kind=kind,
+        choices=choices,
+        context=obj.get("context"),
+        default=obj.get("default"),
+        wait=wait,
+        expires_in=expires_in,
+    )
+
+
+def _parse_wait(obj: dict[str, Any], fid: int) -> Wait:
+    wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
+    assert wait is not None
+    if wait < 0:
+        raise Invalid("field 'wait' must be >= 0")
+    return Wait(fid, OpId(_name(obj, "op_id")), wait)
+
+
+def _parse_respond(obj: dict[str, Any], fid: int) -> Respond:
+    status_raw = obj.get("status", Status.ANSWERED.value)
+    if status_raw not in (Status.ANSWERED.value, Status.DECLINED.value):
+        raise Invalid("field 'status' must be 'answered' or 'declined'")
+    return Respond(fid, OpId(_name(obj, "op_id")), obj.get("value"), Status(status_raw))
+
+
+def _parse_history(obj: dict[str, Any], fid: int) -> HistoryQuery:
+    limit = obj.get("limit", 50)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+        raise Invalid("field 'limit' must be an integer 1..500")
+    return HistoryQuery(fid, limit)
+
+
+_PARSERS: dict[str, Any] = {
+    T.ASK: parse_ask,
+    T.WAIT: _parse_wait,
+    T.CANCEL: lambda o, i: Cancel(i, OpId(_name(o, "op_id"))),
+    T.UNWATCH: lambda o, i: Unwatch(i, OpId(_name(o, "op_id"))),
+    T.INBOX: lambda o, i: InboxQuery(i),
+    T.HISTORY: _parse_history,
+    T.RESPOND: _parse_respond,
+    T.PING: lambda o, i: Ping(i, o.get("data")),
+}
+
+
+class FrameError(HubError):
+    """A frame that could not be decoded; ``frame_id`` is echoed when it could be read."""
+
+    def __init__(self, inner: HubError, frame_id: int | None) -> None:
+        super().__init__(inner.message)
+        self.code = inner.code
+        self.frame_id = frame_id
+
+
+def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> ClientFrame:
+    """Parse one client frame.
+
+    Raises:
+        FrameError: wrapping the specific :class:`HubError` (bad_json, unknown_type,
+            invalid, too_large) and the frame's ``id`` when one could be read.
+    """
+    if len(data) > max_bytes:
+        raise FrameError(TooLarge(f"frame exceeds {max_bytes} bytes"), None)
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise FrameError(BadJson("frame is not valid JSON"), None) from None
+    if not isinstance(obj, dict):
+        raise FrameError(Invalid("frame must be a JSON object"), None)
+    fid = obj.get("id")
+    if isinstance(fid, bool) or not isinstance(fid, int):
+        fid_out = None
+    else:
+        fid_out = fid
+    typ = obj.get("type")
+    parser = _PARSERS.get(typ) if isinstance(typ, str) else None
+    if parser is None:
+        raise FrameError(UnknownType(f"unknown frame type {typ!r}"), fid_out)
+    if fid_out is None:
+        raise FrameError(Invalid("field 'id' must be an integer"), None)
+    try:
+        frame: ClientFrame = parser(obj, fid_out)
+        return frame
+    except HubError as exc:
+        raise FrameError(exc, fid_out) from None
+
+
+def encode(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+def error_frame(exc: HubError, frame_id: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": T.ERROR,
+        "id": frame_id,
+        "code": exc.code.value,
+        "message": exc.message,
+        "retryable": exc.retryable,
+    }
+    if exc.request is not None:
+        out["request"] = exc.request
+    return out
+
+
+def error_from_frame(frame: dict[str, Any]) -> HubError:
+    """Rebuild the exception an ``error`` frame describes (used by the SDK)."""
+    try:
+        code = ErrorCode(frame.get("code"))
+    except ValueError:
+        code = ErrorCode.INTERNAL
+    cls = ERRORS_BY_CODE.get(code, RetryLater)
+    exc = cls(str(frame.get("message") or code.value), request=frame.get("request"))
+    return exc

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hub.clock import Clock
+from hub.config import Settings
+from hub.server import ops, session
+from hub.server.ws import websocket_endpoint
+from hub.service import HubService
+from hub.store import Store
+
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+       "form-action 'self'; frame-ancestors 'none'")
+
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+class SecurityHeaders:
+    """Adds CSP, nosniff, frame and referrer policies to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers.extend(h for h in SECURITY_HEADERS if h[0] not in present)
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None,
+               clock: Clock | None = None, web_dir: Path | None = None) -> Starlette:
+    settings = settings or Settings()
+    if store is None:
+        from hub.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(settings.db, synchronous=settings.sync)
+    hub = HubService(settings, store, clock)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with hub:
+            yield
+
+    routes = [
+        WebSocketRoute("/ws", websocket_endpoint),
+        Route("/healthz", ops.healthz),
+        Route("/metrics", ops.metrics),
+        Route("/api/session", session.login, methods=["POST"]),
+        Route("/api/session", session.logout, methods=["DELETE"]),
+        Route("/api/me", session.me),
+    ]
+    routes += extra_routes()
+    directory = web_dir or WEB_DIR
+    if directory.is_dir():
+        routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[_middleware(SecurityHeaders)])
+    app.state.hub = hub
+    return app
+
+
+def extra_routes() -> list[Route]:
+    """Routes of the HTTP API and the OpenAI-compatible endpoint, when present."""
+    out: list[Route] = []
+    with contextlib.suppress(ImportError):
+        from hub.server import http_api
+
+        out += http_api.routes()
+    with contextlib.suppress(ImportError):
+        from hub.server import openai_compat
+
+        out += openai_compat.routes()
+    return out
+
+
+def _middleware(cls: type) -> object:
+    from starlette.middleware import Middleware
+
+    return Middleware(cls)

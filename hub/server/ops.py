@@ -1,0 +1,53 @@
+"""Operations endpoints: /healthz proves the store answers; /metrics in Prometheus text."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+
+from hub.service import HubService
+
+
+async def healthz(request: Request) -> JSONResponse:
+    hub: HubService = request.app.state.hub
+    try:
+        ok = await hub.store.ping()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
+    return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
+
+
+async def metrics(request: Request) -> PlainTextResponse:
+    hub: HubService = request.app.state.hub
+    st = hub.statistics()
+    lines: list[str] = []
+
+    def gauge(name: str, value: float, help_: str, labels: str = "") -> None:
+        if not any(line.startswith(f"# HELP {name} ") for line in lines):
+            lines.append(f"# HELP {name} {help_}")
+            lines.append(f"# TYPE {name} gauge")
+        lines.append(f"{name}{labels} {value}")
+
+    roles: dict[str, int] = {}
+    for conn in hub.gateway.connections:
+        role = getattr(conn.meta, "role", None)
+        key = role.value if role is not None else "unknown"
+        roles[key] = roles.get(key, 0) + 1
+    for role in ("agent", "human"):
+        gauge("a2h_connections", roles.get(role, 0), "Open WebSocket connections.",
+              f'{{role="{role}"}}')
+    r, g, a, s = st["rooms"], st["gateway"], st["alarms"], st["store"]
+    gauge("a2h_rooms_live", r["live_rooms"], "Rooms in memory.")
+    gauge("a2h_room_evictions_total", r["evictions"], "Rooms dropped from memory.")
+    gauge("a2h_room_rebuilds_total", r["rebuilds"], "Rooms rebuilt from the store.")
+    gauge("a2h_overloaded_total", r["overloaded"], "Messages answered 'overloaded'.")
+    gauge("a2h_alarm_lag_seconds_max", a["max_lag"], "Largest alarm lag seen.")
+    gauge("a2h_alarms_fired_total", a["fired"], "Alarms fired.")
+    gauge("a2h_store_commits_total", s["commits"], "Group commits.")
+    gauge("a2h_store_commit_items_total", s["items"], "Items committed.")
+    gauge("a2h_store_commit_batch_max", s["max_batch"], "Largest group-commit batch.")
+    gauge("a2h_gateway_resyncs_total", g["resyncs"], "Sockets closed for falling behind.")
+    for status, n in (await hub.store.counts()).items():
+        gauge("a2h_requests", n, "Requests in the store by state.", f'{{state="{status}"}}')
+    return PlainTextResponse("\n".join(lines) + "\n",
+                             media_type="text/plain; version=0.0.4")

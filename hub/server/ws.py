@@ -1,0 +1,186 @@
+"""The WebSocket endpoint: one session per socket, frames in, replies and pushes out.
+
+The session decodes each frame once (``hub.protocol``), checks the role, registers
+interest *before* it asks for state (subscribe, then read: invariant 7) and hands the
+work to the service. Replies come back through callbacks after the room's commit, so one
+socket can have many requests in flight.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import orjson
+from starlette.websockets import WebSocket
+
+from hub.core import Replied
+from hub.gateway import Connection, inbox_tag, op_tag, token_tag
+from hub.protocol import (
+    PROTOCOL_VERSION,
+    Ask,
+    BinaryFrame,
+    Cancel,
+    CloseCode,
+    Denied,
+    FrameError,
+    HistoryQuery,
+    HubError,
+    InboxQuery,
+    Ping,
+    Respond,
+    RetryLater,
+    T,
+    Unwatch,
+    Wait,
+    decode_client_frame,
+    error_frame,
+)
+from hub.server.auth import authenticate
+from hub.service import HubService
+from hub.store import Principal, Role
+
+log = logging.getLogger("a2h.ws")
+_conn_ids = itertools.count(1)
+
+AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
+HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+class Session:
+    def __init__(self, hub: HubService, who: Principal, conn: Connection) -> None:
+        self.hub = hub
+        self.who = who
+        self.conn = conn
+        self.cid = conn.id
+
+    def send(self, obj: Any) -> None:
+        self.conn.push(_dumps(obj))
+
+    def send_error(self, exc: HubError, fid: int | None) -> None:
+        self.send(error_frame(exc, fid))
+
+    def rid(self, fid: int) -> str:
+        return f"c{self.cid}.{fid}"
+
+    def _reply_for(self, fid: int, op_id: str | None) -> Any:
+        def reply(r: Replied) -> None:
+            if r.error is not None:
+                exc = r.error if isinstance(r.error, HubError) else RetryLater(str(r.error))
+                self.send_error(exc, fid)
+                if op_id is not None:
+                    self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
+                return
+            assert r.request is not None
+            out: dict[str, Any] = {"type": T.OK, "id": fid, "request": r.request.view()}
+            if r.attached:
+                out["attached"] = True
+            self.send(out)
+            if op_id is not None and r.request.terminal:
+                self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
+        return reply
+
+    async def handle(self, data: str) -> None:
+        try:
+            frame = decode_client_frame(data, self.hub.settings.max_frame)
+        except FrameError as exc:
+            self.send_error(exc, exc.frame_id)
+            return
+        role = self.who.role
+        if isinstance(frame, AGENT_FRAMES) and role is Role.HUMAN or \
+                isinstance(frame, HUMAN_FRAMES) and role is not Role.HUMAN:
+            self.send_error(Denied(f"a {role.value} token cannot send {type(frame).__name__.lower()}"),
+                            frame.id)
+            return
+        hub = self.hub
+        tenant = self.who.tenant
+        try:
+            if isinstance(frame, Ask):
+                hub.gateway.subscribe(self.conn, op_tag(tenant, frame.op_id))
+                try:
+                    await hub.ask(self.who, frame, self._reply_for(frame.id, frame.op_id),
+                                  self.rid(frame.id))
+                except HubError:
+                    hub.gateway.unsubscribe(self.conn, op_tag(tenant, frame.op_id))
+                    raise
+            elif isinstance(frame, Wait):
+                hub.gateway.subscribe(self.conn, op_tag(tenant, frame.op_id))
+                await hub.wait(self.who, frame.op_id, frame.wait,
+                               self._reply_for(frame.id, frame.op_id), self.rid(frame.id))
+            elif isinstance(frame, Cancel):
+                await hub.cancel(self.who, frame.op_id, self._reply_for(frame.id, None),
+                                 self.rid(frame.id))
+            elif isinstance(frame, Unwatch):
+                hub.gateway.unsubscribe(self.conn, op_tag(tenant, frame.op_id))
+                self.send({"type": T.OK, "id": frame.id})
+            elif isinstance(frame, Respond):
+                await hub.respond(self.who, frame.op_id, frame.status, frame.value,
+                                  self._reply_for(frame.id, None), self.rid(frame.id))
+            elif isinstance(frame, InboxQuery):
+                items = await hub.inbox(self.who)
+                self.send({"type": T.OK, "id": frame.id, "items": [r.view() for r in items]})
+            elif isinstance(frame, HistoryQuery):
+                items = await hub.history(self.who, frame.limit)
+                self.send({"type": T.OK, "id": frame.id, "items": [r.view() for r in items]})
+            elif isinstance(frame, Ping):
+                self.send({"type": T.OK, "id": frame.id, "now": hub.clock.now()})
+        except HubError as exc:
+            self.send_error(exc, frame.id)
+        except Exception:
+            log.exception("rid=%s frame failed", self.rid(frame.id))
+            self.send_error(RetryLater("internal error"), frame.id)
+
+
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    hub: HubService = websocket.app.state.hub
+    who = await authenticate(websocket, hub, websocket=True)
+    if who is None or who.role is Role.ADMIN:
+        # Before accept: uvicorn answers the upgrade with HTTP 403.
+        await websocket.close(code=CloseCode.POLICY)
+        return
+    await websocket.accept()
+    max_frame = hub.settings.max_frame
+
+    async def close(code: int, reason: str) -> None:
+        await websocket.close(code=code, reason=reason)
+
+    conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
+    session = Session(hub, who, conn)
+    gw = hub.gateway
+    gw.add(conn)
+    gw.subscribe(conn, token_tag(who.token_hash))
+    if who.role is Role.HUMAN:
+        gw.subscribe(conn, inbox_tag(who.tenant, who.name))
+    session.send({"type": T.HELLO, "protocol": PROTOCOL_VERSION, "role": who.role.value,
+                  "tenant": who.tenant, "handle": who.name, "now": hub.clock.now(),
+                  "heartbeat": hub.settings.heartbeat})
+    try:
+        while True:
+            msg = await websocket.receive()
+            if msg["type"] == "websocket.disconnect":
+                break
+            text = msg.get("text")
+            if text is None:
+                data = msg.get("bytes") or b""
+                if len(data) > max_frame:
+                    conn.kill(CloseCode.TOO_BIG, "frame too big")
+                    break
+                session.send_error(BinaryFrame("binary frames are not accepted; send JSON text"),
+                                   None)
+                continue
+            if len(text) > max_frame:
+                conn.kill(CloseCode.TOO_BIG, "frame too big")
+                break
+            await session.handle(text)
+            if conn.closed:
+                break
+    except Exception as exc:  # the socket broke under us
+        log.debug("conn=%s ended: %r", conn.id, exc)
+    finally:
+        gw.remove(conn)
+        await conn.aclose()

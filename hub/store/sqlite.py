@@ -1,0 +1,493 @@
+"""The embedded store: SQLite in WAL mode, one writer thread with group commit.
+
+Writes: one dedicated thread owns the only writing connection (the database as an actor,
+like aiosqlite's own design). Callers enqueue work and await a future; the thread takes
+*everything* queued while its previous commit ran, applies it in one transaction (a
+savepoint per item, so one bad item cannot sink its neighbours) and commits once. With
+``synchronous=FULL`` (the default, ``--sync full``) a commit survives power loss, and group
+commit makes its fsync cost per batch, not per request. ``--sync normal`` survives kill -9
+but may lose the last commits on power loss; it is faster on slow disks.
+
+Reads: an aiosqlite connection; WAL lets it read while the writer writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import queue
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import orjson
+
+from hub.core import Extend, Insert, Op, Request, Resolve
+from hub.protocol import Kind, OpId, Status
+from hub.store import Due, NewerDatabase, Principal, Role, StoreError
+
+MIGRATIONS: list[str] = [
+    # 1: tenants, humans, tokens, sessions, requests
+    """
+    CREATE TABLE tenants (name TEXT PRIMARY KEY, created_at REAL NOT NULL);
+    CREATE TABLE humans (
+        tenant TEXT NOT NULL, handle TEXT NOT NULL, created_at REAL NOT NULL,
+        PRIMARY KEY (tenant, handle));
+    CREATE TABLE tokens (
+        hash TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, name TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL, revoked_at REAL);
+    CREATE INDEX tokens_revoked ON tokens (revoked_at) WHERE revoked_at IS NOT NULL;
+    CREATE TABLE sessions (
+        hash TEXT PRIMARY KEY, token_hash TEXT NOT NULL, created_at REAL NOT NULL,
+        expires_at REAL NOT NULL);
+    CREATE TABLE requests (
+        tenant TEXT NOT NULL, op_id TEXT NOT NULL, conversation TEXT NOT NULL,
+        to_human TEXT NOT NULL, sender TEXT NOT NULL, payload BLOB NOT NULL,
+        payload_hash TEXT NOT NULL, status TEXT NOT NULL, value BLOB, actor TEXT,
+        created_at REAL NOT NULL, deadline REAL NOT NULL, fixed_deadline INTEGER NOT NULL,
+        resolved_at REAL, human_seconds REAL,
+        PRIMARY KEY (tenant, op_id));
+    CREATE INDEX requests_inbox ON requests (tenant, to_human, deadline) WHERE status = 'pending';
+    CREATE INDEX requests_room ON requests (tenant, conversation) WHERE status = 'pending';
+    CREATE INDEX requests_due ON requests (deadline) WHERE status = 'pending';
+    CREATE INDEX requests_done ON requests (tenant, to_human, resolved_at) WHERE status != 'pending';
+    CREATE INDEX requests_purge ON requests (resolved_at) WHERE status != 'pending';
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payload_hash, status, value, "
+            "actor, created_at, deadline, fixed_deadline, resolved_at, human_seconds")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(role: Role) -> str:
+    # 256 random bits; the prefix tells a reader (and a secret scanner) what it is.
+    return f"a2h_{role.value[:2]}_{secrets.token_urlsafe(32)}"
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the schema to SCHEMA_VERSION; refuse a database newer than this code."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise NewerDatabase(
+            f"{path} has schema version {version}, but this a2h knows only up to "
+            f"{SCHEMA_VERSION}: upgrade a2h-hub, or point --db at another file")
+    for number in range(version, SCHEMA_VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in MIGRATIONS[number].split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def connect_sync(path: str | Path, synchronous: str = "FULL") -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                           timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA foreign_keys=ON")
+    migrate(conn, str(path))
+    return conn
+
+
+# ---------------------------------------------------------------------------- row mapping
+
+
+def _payload(req: Request) -> bytes:
+    return orjson.dumps({
+        "kind": req.kind.value, "question": req.question,
+        "choices": list(req.choices) if req.choices is not None else None,
+        "context": req.context, "default": req.default, "schema": req.schema,
+        "tools": req.tools,
+    })
+
+
+def row_to_request(row: tuple[Any, ...] | sqlite3.Row) -> Request:
+    (tenant, op_id, conversation, to_human, sender, payload, phash, status, value, actor,
+     created_at, deadline, fixed, resolved_at, human_seconds) = row
+    p = orjson.loads(payload)
+    return Request(
+        tenant=tenant, op_id=OpId(op_id), conversation=conversation, to=to_human,
+        sender=sender, kind=Kind(p["kind"]), question=p["question"],
+        choices=tuple(p["choices"]) if p["choices"] is not None else None,
+        context=p["context"], default=p["default"], schema=p.get("schema"),
+        tools=p.get("tools"), payload_hash=phash, status=Status(status),
+        value=orjson.loads(value) if value is not None else None, actor=actor,
+        created_at=created_at, deadline=deadline, fixed_deadline=bool(fixed),
+        resolved_at=resolved_at, human_seconds=human_seconds,
+    )
+
+
+def _fetch(conn: sqlite3.Connection, tenant: str, op_id: str) -> Request | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
+                       (tenant, op_id)).fetchone()
+    return row_to_request(row) if row else None
+
+
+def apply_op(conn: sqlite3.Connection, op: Op) -> Request | None | bool:
+    """Run one request operation inside the writer's transaction.
+
+    Returns True when the store agreed, else the stored row (None if there is none).
+    """
+    req = op.request
+    if isinstance(op, Insert):
+        cur = conn.execute(
+            f"INSERT OR IGNORE INTO requests ({_COLUMNS}) VALUES "
+            "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (req.tenant, req.op_id, req.conversation, req.to, req.sender, _payload(req),
+             req.payload_hash, req.status.value,
+             orjson.dumps(req.value) if req.value is not None else None, req.actor,
+             req.created_at, req.deadline, int(req.fixed_deadline), req.resolved_at,
+             req.human_seconds))
+    elif isinstance(op, Resolve):
+        cur = conn.execute(
+            "UPDATE requests SET status=?, value=?, actor=?, resolved_at=?, human_seconds=? "
+            "WHERE tenant=? AND op_id=? AND status='pending'",
+            (req.status.value, orjson.dumps(req.value) if req.value is not None else None,
+             req.actor, req.resolved_at, req.human_seconds, req.tenant, req.op_id))
+    elif isinstance(op, Extend):
+        cur = conn.execute(
+            "UPDATE requests SET deadline=? WHERE tenant=? AND op_id=? AND status='pending'",
+            (req.deadline, req.tenant, req.op_id))
+    else:  # pragma: no cover - exhaustive
+        raise TypeError(op)
+    if cur.rowcount == 1:
+        return True
+    return _fetch(conn, req.tenant, req.op_id)
+
+
+# ---------------------------------------------------------------------------- the writer
+
+
+class _Writer:
+    """One thread, one connection, group commit."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self._path = path
+        self._sync = synchronous
+        self._q: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.commits = 0
+        self.items = 0
+        self.max_batch = 0
+        self.queued = 0
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.queued += 1
+        self._q.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._q.put(None)
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        try:
+            conn = connect_sync(self._path, self._sync)
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                first = self._q.get()
+                if first is None:
+                    return
+                batch = [first]
+                stop = False
+                while True:
+                    try:
+                        item = self._q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stop = True
+                        break
+                    batch.append(item)
+                self._commit(conn, batch)
+                if stop:
+                    return
+        finally:
+            conn.close()
+
+    def _commit(self, conn: sqlite3.Connection,
+                batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]) -> None:
+        results: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, _ in batch:
+                conn.execute("SAVEPOINT item")
+                try:
+                    results.append((True, fn(conn)))
+                    conn.execute("RELEASE item")
+                except sqlite3.DatabaseError as exc:
+                    if isinstance(exc, sqlite3.OperationalError) and "disk" in str(exc):
+                        raise
+                    conn.execute("ROLLBACK TO item")
+                    conn.execute("RELEASE item")
+                    results.append((False, StoreError(str(exc))))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO item")
+                    conn.execute("RELEASE item")
+                    results.append((False, exc))
+            conn.execute("COMMIT")
+        except BaseException as exc:  # the commit failed: nobody's write happened
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            err = StoreError(f"commit failed: {exc}")
+            results = [(False, err)] * len(batch)
+        self.commits += 1
+        self.items += len(batch)
+        self.max_batch = max(self.max_batch, len(batch))
+        loop = batch[0][1].get_loop()
+        futs = [f for _, f in batch]
+        try:
+            loop.call_soon_threadsafe(_deliver, futs, results)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
+
+def _deliver(futs: list[asyncio.Future[Any]], results: list[tuple[bool, Any]]) -> None:
+    for fut, (ok, val) in zip(futs, results):
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(val)
+        else:
+            fut.set_exception(val)
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+class SQLiteStore:
+    """SQLite backend of :class:`hub.store.Store`."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        self.path = str(path)
+        self.synchronous = synchronous.upper()
+        self._writer = _Writer(self.path, self.synchronous)
+        self._reader: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Migrations run in the writer thread as it opens; wait for that off the loop.
+        await loop.run_in_executor(None, self._writer.start)
+        self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+        await self._reader.execute("PRAGMA busy_timeout=30000")
+        await self._reader.execute("PRAGMA query_only=1")
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        return await self._writer.submit(fn)
+
+    async def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        assert self._reader is not None, "store not open"
+        async with self._reader.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    # -- identity
+
+    async def is_empty(self) -> bool:
+        rows = await self._rows("SELECT 1 FROM tokens LIMIT 1")
+        return not rows
+
+    async def create_token(self, tenant: str, role: Role, name: str,
+                           expires_at: float | None = None) -> str:
+        token = new_token(role)
+        await self._write(lambda c: create_token_sync(c, token, tenant, role, name, expires_at))
+        return token
+
+    async def principal(self, token: str, now: float) -> Principal | None:
+        return await self.principal_by_hash(hash_token(token), now)
+
+    async def principal_by_hash(self, token_hash: str, now: float) -> Principal | None:
+        rows = await self._rows(
+            "SELECT tenant, role, name, expires_at, revoked_at FROM tokens WHERE hash=?",
+            (token_hash,))
+        if not rows:
+            return None
+        tenant, role, name, expires_at, revoked_at = rows[0]
+        if revoked_at is not None or (expires_at is not None and expires_at <= now):
+            return None
+        return Principal(tenant, Role(role), name, token_hash)
+
+    async def revoke_token(self, token: str, now: float) -> bool:
+        return bool(await self._write(lambda c: revoke_token_sync(c, token, now)))
+
+    async def revoked_since(self, since: float) -> list[str]:
+        rows = await self._rows("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
+        return [r[0] for r in rows]
+
+    async def list_humans(self, tenant: str) -> list[str]:
+        rows = await self._rows("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
+                                (tenant,))
+        return [r[0] for r in rows]
+
+    async def create_session(self, token_hash: str, now: float, ttl: float) -> str:
+        session = secrets.token_urlsafe(32)
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
+            c.execute("INSERT INTO sessions VALUES (?,?,?,?)",
+                      (hash_token(session), token_hash, now, now + ttl))
+
+        await self._write(write)
+        return session
+
+    async def session_principal(self, session: str, now: float) -> Principal | None:
+        rows = await self._rows(
+            "SELECT token_hash, expires_at FROM sessions WHERE hash=?", (hash_token(session),))
+        if not rows or rows[0][1] <= now:
+            return None
+        return await self.principal_by_hash(rows[0][0], now)
+
+    async def end_session(self, session: str) -> None:
+        await self._write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
+                                              (hash_token(session),)))
+
+    # -- requests
+
+    async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
+        if not ops:
+            return []
+        return list(await self._write(lambda c: [apply_op(c, op) for op in ops]))
+
+    async def get_request(self, tenant: str, op_id: str) -> Request | None:
+        rows = await self._rows(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
+                                (tenant, op_id))
+        return row_to_request(rows[0]) if rows else None
+
+    async def load_room(self, tenant: str, conversation: str) -> list[Request]:
+        rows = await self._rows(
+            f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND conversation=? "
+            "AND status='pending'", (tenant, conversation))
+        return [row_to_request(r) for r in rows]
+
+    async def inbox(self, tenant: str, handle: str) -> list[Request]:
+        rows = await self._rows(
+            f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
+            "AND status='pending' ORDER BY deadline", (tenant, handle))
+        return [row_to_request(r) for r in rows]
+
+    async def history(self, tenant: str, handle: str, limit: int) -> list[Request]:
+        rows = await self._rows(
+            f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
+            "AND status!='pending' ORDER BY resolved_at DESC LIMIT ?", (tenant, handle, limit))
+        return [row_to_request(r) for r in rows]
+
+    async def due(self, now: float, limit: int) -> list[Due]:
+        rows = await self._rows(
+            "SELECT tenant, conversation, op_id, deadline FROM requests "
+            "WHERE status='pending' AND deadline <= ? ORDER BY deadline LIMIT ?", (now, limit))
+        return [Due(*r) for r in rows]
+
+    async def purge(self, resolved_before: float) -> int:
+        def write(c: sqlite3.Connection) -> int:
+            n = c.execute("DELETE FROM requests WHERE status!='pending' AND resolved_at < ?",
+                          (resolved_before,)).rowcount
+            c.execute("DELETE FROM sessions WHERE expires_at < ?", (resolved_before,))
+            return int(n)
+
+        return int(await self._write(write))
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._rows("SELECT status, count(*) FROM requests GROUP BY status")
+        return {s: n for s, n in rows}
+
+    async def ping(self) -> bool:
+        rows = await self._rows("SELECT 1")
+        return rows == [(1,)]
+
+    def statistics(self) -> dict[str, Any]:
+        w = self._writer
+        return {
+            "commits": w.commits,
+            "items": w.items,
+            "max_batch": w.max_batch,
+            "mean_batch": (w.items / w.commits) if w.commits else 0.0,
+            "queued": w.queued - w.items,
+        }
+
+
+# ---------------------------------------------------------------------------- sync admin
+# Used inside the writer thread and by the CLI, which works on the file directly whether
+# or not a hub runs on it (WAL + busy_timeout make the two writers take turns).
+
+
+def create_token_sync(conn: sqlite3.Connection, token: str, tenant: str, role: Role, name: str,
+                      expires_at: float | None = None) -> None:
+    now = time.time()
+    conn.execute("INSERT OR IGNORE INTO tenants VALUES (?, ?)", (tenant, now))
+    if role is Role.HUMAN:
+        conn.execute("INSERT OR IGNORE INTO humans VALUES (?, ?, ?)", (tenant, name, now))
+    conn.execute("INSERT INTO tokens VALUES (?,?,?,?,?,?,NULL)",
+                 (hash_token(token), tenant, role.value, name, now, expires_at))
+
+
+def revoke_token_sync(conn: sqlite3.Connection, token: str, now: float) -> bool:
+    h = token if len(token) == 64 and all(ch in "0123456789abcdef" for ch in token) \
+        else hash_token(token)
+    cur = conn.execute("UPDATE tokens SET revoked_at=? WHERE hash=? AND revoked_at IS NULL",
+                       (now, h))
+    conn.execute("DELETE FROM sessions WHERE token_hash=?", (h,))
+    return cur.rowcount == 1
+
+
+def issue_token(path: str | Path, tenant: str, role: Role, name: str,
+                expires_at: float | None = None) -> str:
+    """Create a token directly on the database file (CLI)."""
+    conn = connect_sync(path)
+    try:
+        token = new_token(role)
+        conn.execute("BEGIN IMMEDIATE")
+        create_token_sync(conn, token, tenant, role, name, expires_at)
+        conn.execute("COMMIT")
+        return token
+    finally:
+        conn.close()
+
+
+def revoke_token_file(path: str | Path, token: str) -> bool:
+    conn = connect_sync(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        ok = revoke_token_sync(conn, token, time.time())
+        conn.execute("COMMIT")
+        return ok
+    finally:
+        conn.close()
