@@ -29,6 +29,7 @@ from client_sdk.errors import (
     from_frame,
 )
 from client_sdk.models import Answer, Item
+from client_sdk.runs import RunsMixin
 from hub.protocol import MAX_WAIT_SECONDS, CloseCode, T
 
 log = logging.getLogger("a2h.sdk")
@@ -43,7 +44,7 @@ class _Disconnected(Exception):
     pass
 
 
-class Hub:
+class Hub(RunsMixin):
     """A connection to an A2H hub.
 
     Args:

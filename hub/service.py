@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -54,6 +55,8 @@ class HubService:
         # respond/wait/cancel by op_id find its room without a store read.
         self._where: dict[tuple[str, str], str] = {}
         self._humans: dict[str, set[str]] = {}
+        # In-process waiters (HTTP long-polls, chat completions): (tenant, op_id) -> futures.
+        self._waiters: dict[tuple[str, str], list[asyncio.Future[Request]]] = {}
         self._alarm_task: asyncio.Task[None] | None = None
         self._revoke_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
@@ -115,6 +118,12 @@ class HubService:
             req = eff.request
             self._where.pop((req.tenant, req.op_id), None)
             self.alarms.cancel(req.tenant, req.op_id)
+            waiters = self._waiters.pop((req.tenant, req.op_id), None)
+            if waiters:
+                snap = replace(req)
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(snap)
             view = req.view()
             self.gateway.publish(op_tag(req.tenant, req.op_id),
                                  orjson.dumps({"type": T.RESOLVED, "request": view}).decode(),
@@ -187,6 +196,71 @@ class HubService:
     async def history(self, who: Principal, limit: int = 50) -> list[Request]:
         return await self.store.history(who.tenant, who.name, limit)
 
+    # -- in-process blocking calls (HTTP API, chat completions)
+
+    async def ask_and_wait(self, who: Principal, ask: Ask, rid: str = "-", *,
+                           schema: Any = None, tools: Any = None) -> tuple[Request, bool]:
+        """Ask and block up to ``ask.wait`` seconds. Returns (request, attached); the
+        request may still be pending. Raises the HubError the room answered."""
+        key = (who.tenant, ask.op_id)
+        fut = self._add_waiter(key)  # subscribe, then read
+        try:
+            done, reply = self.future_reply()
+            await self.ask(who, ask, reply, rid, schema=schema, tools=tools)
+            r = await done
+            if r.error is not None:
+                raise r.error
+            assert r.request is not None
+            return await self._block(fut, r.request, ask.wait), r.attached
+        finally:
+            self._drop_waiter(key, fut)
+
+    async def wait_for(self, who: Principal, op_id: str, wait: float, rid: str = "-") -> Request:
+        """Re-attach to a request (extending an open deadline) and block up to ``wait``."""
+        key = (who.tenant, op_id)
+        fut = self._add_waiter(key)
+        try:
+            done, reply = self.future_reply()
+            await self.wait(who, op_id, wait, reply, rid)
+            r = await done
+            if r.error is not None:
+                raise r.error
+            assert r.request is not None
+            return await self._block(fut, r.request, wait)
+        finally:
+            self._drop_waiter(key, fut)
+
+    async def call(self, who: Principal, event: Event, rid: str = "-") -> Request:
+        """Post an op_id event (cancel, respond) and return the room's answer."""
+        done, reply = self.future_reply()
+        await self.post_op(who, event, reply, rid)
+        r = await done
+        if r.error is not None:
+            raise r.error
+        assert r.request is not None
+        return r.request
+
+    async def _block(self, fut: asyncio.Future[Request], req: Request, wait: float) -> Request:
+        if req.terminal or wait <= 0:
+            return req
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), wait)
+        except asyncio.TimeoutError:
+            return req
+
+    def _add_waiter(self, key: tuple[str, str]) -> asyncio.Future[Request]:
+        fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append(fut)
+        return fut
+
+    def _drop_waiter(self, key: tuple[str, str], fut: asyncio.Future[Request]) -> None:
+        lst = self._waiters.get(key)
+        if lst is not None:
+            if fut in lst:
+                lst.remove(fut)
+            if not lst:
+                del self._waiters[key]
+
     @staticmethod
     def future_reply() -> tuple[asyncio.Future[Replied], Reply]:
         """A reply callback that completes a future (for HTTP handlers)."""
@@ -211,8 +285,4 @@ class HubService:
 
 
 def _snapshot(req: Request | None) -> Request | None:
-    if req is None:
-        return None
-    from dataclasses import replace
-
-    return replace(req)
+    return replace(req) if req is not None else None

@@ -95,6 +95,10 @@ def extra_routes() -> list[Route]:
         from hub.server import openai_compat
 
         out += openai_compat.routes()
+    with contextlib.suppress(ImportError):
+        from hub.server import runs_api  # registers its WebSocket frames in ws.EXTENSIONS
+
+        out += runs_api.routes()
     return out
 
 

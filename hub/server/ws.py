@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -43,6 +44,10 @@ from hub.store import Principal, Role
 
 log = logging.getLogger("a2h.ws")
 _conn_ids = itertools.count(1)
+
+#: Handlers for frame types defined outside the core set (e.g. runs and journals):
+#: frame class -> ``async handler(session, frame)``. Each handler checks roles itself.
+EXTENSIONS: dict[type, Callable[[Session, Any], Awaitable[None]]] = {}
 
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
@@ -90,6 +95,16 @@ class Session:
             frame = decode_client_frame(data, self.hub.settings.max_frame)
         except FrameError as exc:
             self.send_error(exc, exc.frame_id)
+            return
+        ext = EXTENSIONS.get(type(frame))
+        if ext is not None:
+            try:
+                await ext(self, frame)
+            except HubError as exc:
+                self.send_error(exc, frame.id)
+            except Exception:
+                log.exception("rid=%s frame failed", self.rid(frame.id))
+                self.send_error(RetryLater("internal error"), frame.id)
             return
         role = self.who.role
         if isinstance(frame, AGENT_FRAMES) and role is Role.HUMAN or \

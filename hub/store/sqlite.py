@@ -312,10 +312,13 @@ class SQLiteStore:
             self._reader = None
         await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    async def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(conn)`` in the writer thread, inside the next group commit (its own
+        savepoint), and return its result once the transaction has committed."""
         return await self._writer.submit(fn)
 
-    async def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one read-only query on the reader connection."""
         assert self._reader is not None, "store not open"
         async with self._reader.execute(sql, params) as cur:
             return list(await cur.fetchall())
@@ -323,20 +326,20 @@ class SQLiteStore:
     # -- identity
 
     async def is_empty(self) -> bool:
-        rows = await self._rows("SELECT 1 FROM tokens LIMIT 1")
+        rows = await self.read("SELECT 1 FROM tokens LIMIT 1")
         return not rows
 
     async def create_token(self, tenant: str, role: Role, name: str,
                            expires_at: float | None = None) -> str:
         token = new_token(role)
-        await self._write(lambda c: create_token_sync(c, token, tenant, role, name, expires_at))
+        await self.write(lambda c: create_token_sync(c, token, tenant, role, name, expires_at))
         return token
 
     async def principal(self, token: str, now: float) -> Principal | None:
         return await self.principal_by_hash(hash_token(token), now)
 
     async def principal_by_hash(self, token_hash: str, now: float) -> Principal | None:
-        rows = await self._rows(
+        rows = await self.read(
             "SELECT tenant, role, name, expires_at, revoked_at FROM tokens WHERE hash=?",
             (token_hash,))
         if not rows:
@@ -347,14 +350,14 @@ class SQLiteStore:
         return Principal(tenant, Role(role), name, token_hash)
 
     async def revoke_token(self, token: str, now: float) -> bool:
-        return bool(await self._write(lambda c: revoke_token_sync(c, token, now)))
+        return bool(await self.write(lambda c: revoke_token_sync(c, token, now)))
 
     async def revoked_since(self, since: float) -> list[str]:
-        rows = await self._rows("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
+        rows = await self.read("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
         return [r[0] for r in rows]
 
     async def list_humans(self, tenant: str) -> list[str]:
-        rows = await self._rows("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
+        rows = await self.read("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
                                 (tenant,))
         return [r[0] for r in rows]
 
@@ -366,18 +369,18 @@ class SQLiteStore:
             c.execute("INSERT INTO sessions VALUES (?,?,?,?)",
                       (hash_token(session), token_hash, now, now + ttl))
 
-        await self._write(write)
+        await self.write(write)
         return session
 
     async def session_principal(self, session: str, now: float) -> Principal | None:
-        rows = await self._rows(
+        rows = await self.read(
             "SELECT token_hash, expires_at FROM sessions WHERE hash=?", (hash_token(session),))
         if not rows or rows[0][1] <= now:
             return None
         return await self.principal_by_hash(rows[0][0], now)
 
     async def end_session(self, session: str) -> None:
-        await self._write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
+        await self.write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
                                               (hash_token(session),)))
 
     # -- requests
@@ -385,33 +388,33 @@ class SQLiteStore:
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
         if not ops:
             return []
-        return list(await self._write(lambda c: [apply_op(c, op) for op in ops]))
+        return list(await self.write(lambda c: [apply_op(c, op) for op in ops]))
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
-        rows = await self._rows(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
+        rows = await self.read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
                                 (tenant, op_id))
         return row_to_request(rows[0]) if rows else None
 
     async def load_room(self, tenant: str, conversation: str) -> list[Request]:
-        rows = await self._rows(
+        rows = await self.read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND conversation=? "
             "AND status='pending'", (tenant, conversation))
         return [row_to_request(r) for r in rows]
 
     async def inbox(self, tenant: str, handle: str) -> list[Request]:
-        rows = await self._rows(
+        rows = await self.read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
             "AND status='pending' ORDER BY deadline", (tenant, handle))
         return [row_to_request(r) for r in rows]
 
     async def history(self, tenant: str, handle: str, limit: int) -> list[Request]:
-        rows = await self._rows(
+        rows = await self.read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
             "AND status!='pending' ORDER BY resolved_at DESC LIMIT ?", (tenant, handle, limit))
         return [row_to_request(r) for r in rows]
 
     async def due(self, now: float, limit: int) -> list[Due]:
-        rows = await self._rows(
+        rows = await self.read(
             "SELECT tenant, conversation, op_id, deadline FROM requests "
             "WHERE status='pending' AND deadline <= ? ORDER BY deadline LIMIT ?", (now, limit))
         return [Due(*r) for r in rows]
@@ -423,14 +426,14 @@ class SQLiteStore:
             c.execute("DELETE FROM sessions WHERE expires_at < ?", (resolved_before,))
             return int(n)
 
-        return int(await self._write(write))
+        return int(await self.write(write))
 
     async def counts(self) -> dict[str, int]:
-        rows = await self._rows("SELECT status, count(*) FROM requests GROUP BY status")
+        rows = await self.read("SELECT status, count(*) FROM requests GROUP BY status")
         return {s: n for s, n in rows}
 
     async def ping(self) -> bool:
-        rows = await self._rows("SELECT 1")
+        rows = await self.read("SELECT 1")
         return rows == [(1,)]
 
     def statistics(self) -> dict[str, Any]:
