@@ -136,6 +136,7 @@ function showSignIn(message, neutral = false) {
 // ============================================================================ app lifecycle
 
 function startApp(me) {
+  stopApp();
   app.me = me;
   $("signin").hidden = true;
   document.querySelector(".views").hidden = false;
@@ -174,6 +175,7 @@ function stopApp() {
   app.items.clear();
   app.tombstones.clear();
   app.history = null;
+  app.everOpen = false;
   $("list").replaceChildren();
   $("history-list").replaceChildren();
 }
@@ -335,7 +337,9 @@ function describeResolution(req, { mine = undefined } = {}) {
       return "Cancelled by the agent.";
     case Status.ANSWERED:
     case Status.DECLINED:
-      if (self && mine !== undefined) return "Accepted: your answer was recorded.";
+      if (self && mine !== undefined && JSON.stringify(req.value) === JSON.stringify(mine)) {
+        return "Accepted: your answer was recorded.";
+      }
       if (self) return req.status === Status.DECLINED ? "Rejected in another tab." : "Answered in another tab.";
       return `${req.status === Status.DECLINED ? "Rejected" : "Answered"} by ${actor || "someone else"}.`;
     default:

@@ -1,0 +1,24 @@
+"""Shared fixtures. ``async def`` tests run on a fresh event loop (no plugin needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        funcargs = pyfuncitem.funcargs
+        args = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        timeout = float(os.environ.get("A2H_TEST_TIMEOUT", "120"))
+        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), timeout))
+        return True
+    return None

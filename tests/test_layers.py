@@ -1,0 +1,63 @@
+"""The layer rule: arrows point down (DESIGN.md, Architecture)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def files(pkg: str) -> list[Path]:
+    return sorted((ROOT / pkg).rglob("*.py"))
+
+
+def test_protocol_is_stdlib_and_orjson_only() -> None:
+    for mod in imports(ROOT / "hub" / "protocol.py"):
+        top = mod.split(".")[0]
+        assert top in {"__future__", "enum", "dataclasses", "typing", "orjson"}, mod
+
+
+def test_core_imports_nothing_of_the_others() -> None:
+    for mod in imports(ROOT / "hub" / "core.py"):
+        assert not mod.startswith("hub.") or mod == "hub.protocol", mod
+        assert mod.split(".")[0] not in {"asyncio", "starlette", "aiosqlite", "sqlite3",
+                                         "time", "websockets", "uvicorn"}, mod
+
+
+def test_only_server_imports_starlette() -> None:
+    for path in files("hub") + files("client_sdk"):
+        if "server" in path.parts:
+            continue
+        assert not any(m.startswith("starlette") for m in imports(path)), path
+
+
+def test_only_the_sqlite_store_imports_aiosqlite() -> None:
+    for path in files("hub") + files("client_sdk"):
+        if path.parent.name == "store":
+            continue
+        assert "aiosqlite" not in imports(path), path
+
+
+def test_sdk_uses_only_the_protocol_from_hub() -> None:
+    for path in files("client_sdk"):
+        for mod in imports(path):
+            assert not mod.startswith("hub.") or mod == "hub.protocol", (path, mod)
+
+
+def test_sdk_exports_are_pinned() -> None:
+    import client_sdk
+
+    for name in client_sdk.__all__:
+        assert hasattr(client_sdk, name), name
+    assert {"Hub", "Answer", "Overloaded", "Conflict", "AlreadyResolved"} <= set(client_sdk.__all__)
