@@ -68,6 +68,8 @@ class Hub(RunsMixin):
         self._ids = 0
         self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._watchers: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
+        # op_id -> the ask/wait frame that attached it, re-sent after a reconnect.
+        self._attached: dict[str, dict[str, Any]] = {}
         self._inbox_queues: list[asyncio.Queue[dict[str, Any]]] = []
         self._connected = asyncio.Event()
         self._closing = False
@@ -152,6 +154,7 @@ class Hub(RunsMixin):
                     await self._open()
                     self.reconnects += 1
                     attempt = 0
+                    await self._reattach()
                     break
                 except AccessDenied as exc:
                     self._fatal = exc
@@ -159,6 +162,29 @@ class Hub(RunsMixin):
                     return
                 except A2HError as exc:
                     log.debug("reconnect failed: %s", exc)
+
+    async def _reattach(self) -> None:
+        """Re-send the frame of every op_id someone is waiting on (same op_id: the hub
+        re-attaches, never creates a second request) so pushes flow to the new socket."""
+        ws = self._ws
+        assert ws is not None
+        for op_id, frame in list(self._attached.items()):
+            self._ids += 1
+            fid = self._ids
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f, op_id=op_id: self._reattached(op_id, f))
+            self._calls[fid] = fut
+            await ws.send(orjson.dumps({**frame, "id": fid}).decode())
+
+    def _reattached(self, op_id: str, fut: asyncio.Future[dict[str, Any]]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        reply = fut.result()
+        req = reply.get("request")
+        if reply.get("type") == T.OK and req and req.get("status") != "pending":
+            for w in self._watchers.get(op_id, ()):
+                if not w.done():
+                    w.set_result(req)
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         typ = frame.get("type")
@@ -270,6 +296,7 @@ class Hub(RunsMixin):
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         watchers = self._watchers.setdefault(op_id, [])
         watchers.append(fut)  # subscribe (locally) before the hub reads the state
+        self._attached[op_id] = {k: v for k, v in frame.items() if k != "id"}
         try:
             while True:
                 remaining = end - loop.time()
@@ -300,6 +327,7 @@ class Hub(RunsMixin):
             watchers.remove(fut)
             if not watchers:
                 self._watchers.pop(op_id, None)
+                self._attached.pop(op_id, None)
 
     def _unwatch(self, op_id: str) -> None:
         ws = self._ws

@@ -38,6 +38,8 @@ from hub.protocol import (
     OpId,
     Status,
 )
+from hub.schema import SchemaError, is_tool_call, validate_tool_call
+from hub.schema import validate as validate_schema
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset(TERMINAL),
@@ -399,12 +401,42 @@ def validate_answer(req: Request, status: Status, value: Any) -> Any:
         return {"approved": status is Status.ANSWERED, "comment": comment}
     if status is Status.DECLINED:
         return value
-    if req.choices is not None and req.schema is None and req.tools is None:
+    if req.tools is not None or req.schema is not None:
+        return _validate_structured(req, value)
+    if req.choices is not None:
         if value not in req.choices:
             raise Invalid("the answer must be one of the choices")
-    elif req.schema is None and req.tools is None and not isinstance(value, str):
+    elif not isinstance(value, str):
         raise Invalid("a free-text answer must be a string")
     return value
+
+
+def _validate_structured(req: Request, value: Any) -> Any:
+    """Answers to chat-completions requests: a tool call, or content for ``req.schema``.
+
+    A tool call is ``{"tool_call": {"name", "arguments"}}``; when the request demands
+    one (context ``tool_choice: "required"``) content is refused. Content for a schema
+    may arrive as the JSON object itself or as its JSON text.
+    """
+    try:
+        if req.tools is not None and is_tool_call(value):
+            return validate_tool_call(value, req.tools)
+        if req.tools is not None and isinstance(req.context, dict) \
+                and req.context.get("tool_choice") == "required":
+            raise Invalid("this request must be answered with a tool call")
+        if req.schema is None:
+            if not isinstance(value, str):
+                raise Invalid("a free-text answer must be a string")
+            return value
+        if isinstance(value, str):
+            try:
+                value = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                pass  # validated as the string it is
+        validate_schema(value, req.schema)
+        return value
+    except SchemaError as exc:
+        raise Invalid(f"the answer does not match the form: {exc}") from None
 
 
 def copy_request(req: Request) -> Request:

@@ -14,6 +14,7 @@ import re
 import shutil
 import threading
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -93,6 +94,13 @@ class SdkClient:
             self.runner.run(self.hub.close(), timeout=10)
         except Exception:
             pass
+
+
+@dataclass
+class Human:
+    handle: str
+    token: str
+    db: Path
 
 
 _SAFE = re.compile(r"[^a-z0-9]+")

@@ -11,12 +11,19 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from browser_util import CHROMIUM_ARGS, AsyncRunner, SdkClient, chromium_executable, handle_for, ms
+from browser_util import (
+    CHROMIUM_ARGS,
+    AsyncRunner,
+    Human,
+    SdkClient,
+    chromium_executable,
+    handle_for,
+    ms,
+)
 from e2e_util import HubProcess, create_token
 
 _unavailable: list[str] = []
@@ -86,13 +93,6 @@ def agent(hub: HubProcess, runner: AsyncRunner) -> Iterator[SdkClient]:
     client = SdkClient(runner, hub.url, create_token(hub.db, agent="ci"))
     yield client
     client.close()
-
-
-@dataclass
-class Human:
-    handle: str
-    token: str
-    db: Path
 
 
 @pytest.fixture

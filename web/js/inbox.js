@@ -699,7 +699,8 @@ async function respond(item, { value, status = Status.ANSWERED }) {
 // ============================================================================ countdowns
 
 function formatRemaining(ms) {
-  const s = Math.ceil(ms / 1000);
+  // Rounded, not ceiled: the shown figure is within half a second of the truth.
+  const s = Math.max(1, Math.round(ms / 1000));
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
   if (s < 48 * 3600) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
