@@ -4,11 +4,13 @@
     ├── RequestError          fix the request: nothing to retry
     │   ├── InvalidRequest    bad field, too large, unknown type
     │   ├── Conflict          op_id reused with a different payload (.request = existing)
-    │   └── AlreadyResolved   the request already has its resolution (.answer)
+    │   ├── AlreadyResolved   the request already has its resolution (.answer)
+    │   └── LimitExceeded     a configured limit (.code: too_many_pending, ...)
     ├── NotFound              no such request (or not yours: indistinguishable on purpose)
     ├── AccessDenied          token missing, revoked, or not allowed to do this
     ├── Overloaded            the room is full; the SDK never retries this by itself
-    └── RetryableError        try again later (hub unavailable, internal error, rate limit)
+    └── RetryableError        try again later (hub unavailable, internal error)
+        ├── RateLimited       too many messages per second on this connection
         └── ConnectionLost    the socket dropped before the hub answered
 """
 
@@ -55,6 +57,12 @@ class AlreadyResolved(RequestError):
         return Answer.from_view(self.request) if self.request else None
 
 
+class LimitExceeded(RequestError):
+    """A configured limit was hit (``code`` says which: too_many_pending, ...)."""
+
+    code = "limit_exceeded"
+
+
 class NotFound(A2HError):
     code = "not_found"
 
@@ -69,6 +77,12 @@ class Overloaded(A2HError):
 
 class RetryableError(A2HError):
     code = "unavailable"
+
+
+class RateLimited(RetryableError):
+    """Too many messages per second on this connection: slow down."""
+
+    code = "rate_limited"
 
 
 class ConnectionLost(RetryableError):
@@ -87,16 +101,22 @@ _BY_CODE: dict[str, type[A2HError]] = {
     ErrorCode.UNKNOWN_TYPE: InvalidRequest,
     ErrorCode.INVALID: InvalidRequest,
     ErrorCode.TOO_LARGE: InvalidRequest,
-    ErrorCode.LIMIT_EXCEEDED: InvalidRequest,
+    ErrorCode.LIMIT_EXCEEDED: LimitExceeded,
     ErrorCode.CONFLICT: Conflict,
     ErrorCode.ALREADY_RESOLVED: AlreadyResolved,
     ErrorCode.NOT_FOUND: NotFound,
     ErrorCode.UNAUTHORIZED: AccessDenied,
     ErrorCode.FORBIDDEN: AccessDenied,
     ErrorCode.OVERLOADED: Overloaded,
-    ErrorCode.RATE_LIMITED: RetryableError,
+    ErrorCode.RATE_LIMITED: RateLimited,
     ErrorCode.UNAVAILABLE: RetryableError,
     ErrorCode.INTERNAL: RetryableError,
+    ErrorCode.TOO_MANY_SOCKETS: LimitExceeded,
+    ErrorCode.TOO_MANY_PENDING: LimitExceeded,
+    ErrorCode.QUESTION_TOO_LARGE: LimitExceeded,
+    ErrorCode.CONTEXT_TOO_LARGE: LimitExceeded,
+    ErrorCode.TOO_MANY_CHOICES: LimitExceeded,
+    ErrorCode.JOURNAL_FULL: LimitExceeded,
 }
 
 

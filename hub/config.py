@@ -35,6 +35,23 @@ class Settings:
     allowed_origins: list[str] = field(default_factory=list)
     #: Proxy addresses trusted for X-Forwarded-* (uvicorn's --forwarded-allow-ips).
     forwarded_allow_ips: str = "127.0.0.1"
+    # -- limits (each answers with its own error code; docs/THREAT_MODEL.md)
+    #: Messages per second per connection (token bucket refill rate) ...
+    rate: float = 200.0
+    #: ... and the bucket's size (a burst allowed at once).
+    burst: float = 400.0
+    #: Open WebSockets per token.
+    max_sockets_per_token: int = 256
+    #: Pending requests per tenant.
+    max_pending_per_tenant: int = 100_000
+    #: Characters in a question.
+    max_question_chars: int = 16_000
+    #: Choices in a question.
+    max_choices: int = 50
+    #: Bytes of a request's context, JSON-encoded.
+    max_context_bytes: int = 48 * 1024
+    #: Journal entries in one run.
+    max_journal_entries: int = 10_000
     log_level: str = "info"
     #: Tenant/human created on the first start of an empty store.
     bootstrap_tenant: str = "default"

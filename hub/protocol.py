@@ -70,6 +70,13 @@ class ErrorCode(enum.StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
+    # One code per configurable limit (docs/THREAT_MODEL.md lists them with defaults).
+    TOO_MANY_SOCKETS = "too_many_sockets"
+    TOO_MANY_PENDING = "too_many_pending"
+    QUESTION_TOO_LARGE = "question_too_large"
+    CONTEXT_TOO_LARGE = "context_too_large"
+    TOO_MANY_CHOICES = "too_many_choices"
+    JOURNAL_FULL = "journal_full"
 
 
 #: error code -> (HTTP status, retryable)
@@ -89,6 +96,12 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, bool]] = {
     ErrorCode.LIMIT_EXCEEDED: (429, False),
     ErrorCode.UNAVAILABLE: (503, True),
     ErrorCode.INTERNAL: (500, True),
+    ErrorCode.TOO_MANY_SOCKETS: (429, False),
+    ErrorCode.TOO_MANY_PENDING: (429, False),
+    ErrorCode.QUESTION_TOO_LARGE: (413, False),
+    ErrorCode.CONTEXT_TOO_LARGE: (413, False),
+    ErrorCode.TOO_MANY_CHOICES: (413, False),
+    ErrorCode.JOURNAL_FULL: (429, False),
 }
 
 
@@ -148,7 +161,15 @@ class TooLarge(FixRequest):
 
 
 class LimitExceeded(FixRequest):
+    """A configured limit was hit; ``code`` names which one."""
+
     code = ErrorCode.LIMIT_EXCEEDED
+
+    def __init__(self, message: str = "", *, code: ErrorCode | None = None,
+                 request: dict[str, Any] | None = None) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message, request=request)
 
 
 class Conflict(FixRequest):
@@ -199,6 +220,12 @@ ERRORS_BY_CODE: dict[ErrorCode, type[HubError]] = {
     ErrorCode.RATE_LIMITED: RateLimited,
     ErrorCode.OVERLOADED: Overloaded,
     ErrorCode.INTERNAL: RetryLater,
+    ErrorCode.TOO_MANY_SOCKETS: LimitExceeded,
+    ErrorCode.TOO_MANY_PENDING: LimitExceeded,
+    ErrorCode.QUESTION_TOO_LARGE: LimitExceeded,
+    ErrorCode.CONTEXT_TOO_LARGE: LimitExceeded,
+    ErrorCode.TOO_MANY_CHOICES: LimitExceeded,
+    ErrorCode.JOURNAL_FULL: LimitExceeded,
 }
 
 
@@ -329,8 +356,8 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
     if choices_raw is not None:
         if not isinstance(choices_raw, list) or not all(isinstance(c, str) and c for c in choices_raw):
             raise Invalid("field 'choices' must be a list of non-empty strings")
-        if not choices_raw or len(choices_raw) > 50:
-            raise Invalid("field 'choices' must have 1..50 entries")
+        if not choices_raw:
+            raise Invalid("field 'choices' must not be empty")
         choices = tuple(choices_raw)
     kind_raw = obj.get("kind", Kind.QUESTION.value)
     try:
@@ -459,5 +486,7 @@ def error_from_frame(frame: dict[str, Any]) -> HubError:
     except ValueError:
         code = ErrorCode.INTERNAL
     cls = ERRORS_BY_CODE.get(code, RetryLater)
-    exc = cls(str(frame.get("message") or code.value), request=frame.get("request"))
-    return exc
+    if cls is LimitExceeded:
+        return LimitExceeded(str(frame.get("message") or code.value), code=code,
+                             request=frame.get("request"))
+    return cls(str(frame.get("message") or code.value), request=frame.get("request"))

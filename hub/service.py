@@ -32,7 +32,7 @@ from hub.core import (
     WaitRequested,
 )
 from hub.gateway import Gateway, inbox_tag, op_tag, token_tag
-from hub.protocol import Ask, CloseCode, NotFound, OpId, Status, T
+from hub.protocol import Ask, CloseCode, ErrorCode, LimitExceeded, NotFound, OpId, Status, T
 from hub.rooms import Envelope, Reply, RoomHost
 from hub.store import Due, Principal, Role, Store
 
@@ -55,6 +55,8 @@ class HubService:
         # respond/wait/cancel by op_id find its room without a store read.
         self._where: dict[tuple[str, str], str] = {}
         self._humans: dict[str, set[str]] = {}
+        # Pending requests per tenant, counted from the store once, then kept by effects.
+        self._pending: dict[str, int] = {}
         # In-process waiters (HTTP long-polls, chat completions): (tenant, op_id) -> futures.
         self._waiters: dict[tuple[str, str], list[asyncio.Future[Request]]] = {}
         self._alarm_task: asyncio.Task[None] | None = None
@@ -110,6 +112,8 @@ class HubService:
         if isinstance(eff, InboxAdded):
             req = eff.request
             self._where[(req.tenant, req.op_id)] = req.conversation
+            if req.tenant in self._pending:
+                self._pending[req.tenant] += 1
             text = orjson.dumps({"type": T.INBOX_ADD, "request": req.view()}).decode()
             n = self.gateway.publish(inbox_tag(req.tenant, req.to), text)
             log.info("rid=%s op=%s room=%s:%s asked %s (%d inbox sockets)", rid, req.op_id,
@@ -117,6 +121,8 @@ class HubService:
         elif isinstance(eff, Resolved):
             req = eff.request
             self._where.pop((req.tenant, req.op_id), None)
+            if req.tenant in self._pending:
+                self._pending[req.tenant] -= 1
             self.alarms.cancel(req.tenant, req.op_id)
             waiters = self._waiters.pop((req.tenant, req.op_id), None)
             if waiters:
@@ -155,12 +161,40 @@ class HubService:
 
     async def ask(self, who: Principal, ask: Ask, reply: Reply, rid: str = "-", *,
                   schema: Any = None, tools: Any = None) -> None:
-        """Post an ask to its room. Raises Overloaded or NotFound (unknown human)."""
-        if not await self.known_human(who.tenant, ask.to):
-            raise NotFound(f"no human {ask.to!r} in this tenant")
+        """Post an ask to its room.
+
+        Raises:
+            Overloaded: the room's mailbox is full.
+            NotFound: no such human in the caller's tenant.
+            LimitExceeded: a size or count limit (its code says which).
+        """
+        await self.check_ask(who, ask)
         self.rooms.post((who.tenant, ask.conversation),
                         Envelope(AskReceived(ask, who.tenant, who.label, schema, tools),
                                  reply, rid))
+
+    async def check_ask(self, who: Principal, ask: Ask) -> None:
+        s = self.settings
+        if len(ask.question) > s.max_question_chars:
+            raise LimitExceeded(f"question longer than {s.max_question_chars} characters",
+                                code=ErrorCode.QUESTION_TOO_LARGE)
+        if ask.choices is not None and (len(ask.choices) > s.max_choices
+                                        or any(len(c) > 500 for c in ask.choices)):
+            raise LimitExceeded(f"more than {s.max_choices} choices (or a choice over 500 "
+                                "characters)", code=ErrorCode.TOO_MANY_CHOICES)
+        if ask.context is not None or ask.default is not None:
+            size = len(orjson.dumps([ask.context, ask.default]))
+            if size > s.max_context_bytes:
+                raise LimitExceeded(f"context is {size} bytes; the limit is "
+                                    f"{s.max_context_bytes}", code=ErrorCode.CONTEXT_TOO_LARGE)
+        if not await self.known_human(who.tenant, ask.to):
+            raise NotFound(f"no human {ask.to!r} in this tenant")
+        pending = self._pending.get(who.tenant)
+        if pending is None:
+            pending = self._pending[who.tenant] = await self.store.pending_count(who.tenant)
+        if pending >= s.max_pending_per_tenant:
+            raise LimitExceeded(f"this tenant has {pending} pending requests; the limit is "
+                                f"{s.max_pending_per_tenant}", code=ErrorCode.TOO_MANY_PENDING)
 
     async def room_of(self, tenant: str, op_id: str) -> str | None:
         conv = self._where.get((tenant, op_id))

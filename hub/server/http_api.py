@@ -333,3 +333,178 @@ def routes() -> list[Route]:
         Route("/api/history", history, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
+
+
+# ---------------------------------------------------------------------------- the document
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {400: "invalid request", 401: "no or a bad token", 403: "wrong role or cross-site",
+            404: "no such request in this tenant", 409: "conflict / already resolved",
+            413: "body too large", 503: "overloaded (do not retry by yourself)"}
+    return {str(s): _json(_ref("Error"), text[s]) for s in statuses}
+
+
+_OP_ID = {"name": "op_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_WAIT = {"name": "wait", "in": "query", "required": False,
+         "description": "seconds to block while pending (0..600; default 0)",
+         "schema": {"type": "number", "minimum": 0, "maximum": MAX_HTTP_WAIT}}
+_REQ = {"type": "object", "properties": {"request": _ref("Request")}}
+_ITEMS = {"type": "object", "properties": {"items": {"type": "array", "items": _ref("Request")}}}
+_OAI_ERR = _json(_ref("OpenAIError"), "OpenAI-style error")
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the plain HTTP API and of /v1 (hand-written)."""
+    any_json: dict[str, Any] = {}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "A2H hub", "version": "1",
+                 "description": "Agents ask people; people answer. See docs/http-api.md."},
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "a2h_session"},
+            },
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                    "type": "object", "required": ["code", "message", "retryable"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                   "retryable": {"type": "boolean"},
+                                   "request": _ref("Request")}}}},
+                "OpenAIError": {"type": "object", "properties": {"error": {
+                    "type": "object", "properties": {
+                        "message": {"type": "string"}, "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": ["string", "null"]}}}}},
+                "Request": {"type": "object", "properties": {
+                    "op_id": {"type": "string"}, "conversation": {"type": "string"},
+                    "to": {"type": "string"}, "from": {"type": "string"},
+                    "kind": {"enum": ["question", "approval"]},
+                    "question": {"type": "string"},
+                    "choices": {"type": ["array", "null"], "items": {"type": "string"}},
+                    "context": any_json, "default": any_json, "schema": any_json,
+                    "tools": any_json,
+                    "status": {"enum": ["pending", "answered", "declined", "expired",
+                                        "cancelled"]},
+                    "value": any_json, "actor": {"type": ["string", "null"]},
+                    "created_at": {"type": "number"}, "deadline": {"type": "number"},
+                    "resolved_at": {"type": ["number", "null"]},
+                    "human_seconds": {"type": ["number", "null"]}}},
+                "Ask": {"type": "object", "required": ["to", "question"], "properties": {
+                    "to": {"type": "string", "description": "the human's handle"},
+                    "question": {"type": "string", "description": "Markdown"},
+                    "conversation": {"type": "string", "default": DEFAULT_CONVERSATION},
+                    "kind": {"enum": ["question", "approval"], "default": "question"},
+                    "choices": {"type": ["array", "null"], "items": {"type": "string"}},
+                    "context": any_json, "default": any_json,
+                    "wait": {"type": "number", "minimum": 0, "maximum": MAX_HTTP_WAIT,
+                             "description": "block up to this many seconds (default: "
+                                            "answer at once)"},
+                    "expires_in": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                    "schema": any_json, "tools": {"type": "array"},
+                    "op_id": {"type": "string",
+                              "description": "alternative to the Idempotency-Key header"}}},
+                "Respond": {"type": "object", "properties": {
+                    "value": any_json,
+                    "status": {"enum": ["answered", "declined"], "default": "answered"}}},
+                "ChatCompletionRequest": {"type": "object", "required": ["model", "messages"],
+                                          "properties": {
+                    "model": {"type": "string", "description": "a human's handle, or "
+                                                               "human/<handle>"},
+                    "messages": {"type": "array", "items": {"type": "object"}},
+                    "stream": {"type": "boolean"}, "response_format": {"type": "object"},
+                    "tools": {"type": "array"}, "tool_choice": any_json,
+                    "user": {"type": "string", "description": "conversation, unless "
+                                                             "metadata.conversation is set"},
+                    "metadata": {"type": "object",
+                                 "properties": {"conversation": {"type": "string"}}},
+                    "wait": {"type": "number", "minimum": 0, "maximum": MAX_HTTP_WAIT,
+                             "default": MAX_WAIT_SECONDS},
+                    "expires_in": {"type": "number", "exclusiveMinimum": 0}}},
+                "ChatCompletion": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "object": {"const": "chat.completion"},
+                    "created": {"type": "integer"}, "model": {"type": "string"},
+                    "choices": {"type": "array"}, "usage": {"type": "object"},
+                    "a2h": {"type": "object", "description": "the resolution: op_id, actor, "
+                                                            "human_seconds, ..."}}},
+            },
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/requests": {"post": {
+                "summary": "Create a request (agent), or re-attach to it",
+                "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                                "schema": {"type": "string", "pattern": OP_ID_RE.pattern},
+                                "description": "the op_id; the hub issues one if absent"}],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref("Ask")}}},
+                "responses": {"201": _json(_REQ, "created"),
+                              "200": _json(_REQ, "re-attached (same op_id and payload)"),
+                              **_errors(400, 401, 403, 404, 409, 413, 503)}}},
+            "/api/requests/{op_id}": {"get": {
+                "summary": "Read a request; long-poll with ?wait= (returns at once when "
+                           "resolved)",
+                "parameters": [_OP_ID, _WAIT],
+                "responses": {"200": _json(_REQ, "the request (possibly still pending)"),
+                              **_errors(400, 401, 403, 404)}}},
+            "/api/requests/{op_id}/cancel": {"post": {
+                "summary": "Cancel a pending request (agent)", "parameters": [_OP_ID],
+                "responses": {"200": _json(_REQ, "cancelled"), **_errors(401, 403, 404, 409)}}},
+            "/api/requests/{op_id}/respond": {"post": {
+                "summary": "Answer or decline a request addressed to me (human)",
+                "security": [{"bearer": []}, {"session": []}], "parameters": [_OP_ID],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref("Respond")}}},
+                "responses": {"200": _json(_REQ, "resolved"),
+                              **_errors(400, 401, 403, 404, 409)}}},
+            "/api/inbox": {"get": {
+                "summary": "My pending requests, nearest deadline first (human)",
+                "security": [{"bearer": []}, {"session": []}],
+                "responses": {"200": _json(_ITEMS, "pending requests"), **_errors(401, 403)}}},
+            "/api/history": {"get": {
+                "summary": "My resolved requests, newest first (human)",
+                "security": [{"bearer": []}, {"session": []}],
+                "parameters": [{"name": "limit", "in": "query", "schema": {
+                    "type": "integer", "minimum": 1, "maximum": 500, "default": 50}}],
+                "responses": {"200": _json(_ITEMS, "resolved requests"),
+                              **_errors(400, 401, 403)}}},
+            "/v1/chat/completions": {"post": {
+                "summary": "Ask a person through an OpenAI-compatible call (agent)",
+                "parameters": [
+                    {"name": "Idempotency-Key", "in": "header", "required": False,
+                     "schema": {"type": "string"}},
+                    {"name": "X-A2H-Wait", "in": "header", "required": False,
+                     "schema": {"type": "number"}}],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref("ChatCompletionRequest")}}},
+                "responses": {
+                    "200": {"description": "the answer: a chat.completion, or with "
+                                           "stream=true server-sent events",
+                            "content": {"application/json": {"schema": _ref("ChatCompletion")},
+                                        "text/event-stream": {"schema": {"type": "string"}}}},
+                    "400": _OAI_ERR, "401": _OAI_ERR, "403": _OAI_ERR, "404": _OAI_ERR,
+                    "408": {"description": "still pending (request_pending: retry the same "
+                                           "call) or expired (request_expired)",
+                            "content": {"application/json": {"schema": _ref("OpenAIError")}}},
+                    "409": _OAI_ERR, "422": _OAI_ERR}}},
+            "/v1/models": {"get": {
+                "summary": "The tenant's humans, as models",
+                "responses": {"200": _json({"type": "object"}, "model list"),
+                              "401": _OAI_ERR}}},
+            "/v1/models/{model}": {"get": {
+                "summary": "One human, as a model",
+                "parameters": [{"name": "model", "in": "path", "required": True,
+                                "schema": {"type": "string"}}],
+                "responses": {"200": _json({"type": "object"}, "the model"),
+                              "401": _OAI_ERR, "404": _OAI_ERR}}},
+        },
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,11 +26,14 @@ from hub.protocol import (
     Cancel,
     CloseCode,
     Denied,
+    ErrorCode,
     FrameError,
     HistoryQuery,
     HubError,
     InboxQuery,
+    LimitExceeded,
     Ping,
+    RateLimited,
     Respond,
     RetryLater,
     T,
@@ -63,6 +67,19 @@ class Session:
         self.who = who
         self.conn = conn
         self.cid = conn.id
+        # Token bucket: ``rate`` messages per second, bursts up to ``burst``.
+        self._tokens = hub.settings.burst
+        self._refilled = time.monotonic()
+
+    def allow(self) -> bool:
+        s = self.hub.settings
+        now = time.monotonic()
+        self._tokens = min(s.burst, self._tokens + (now - self._refilled) * s.rate)
+        self._refilled = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
 
     def send(self, obj: Any) -> None:
         self.conn.push(_dumps(obj))
@@ -91,6 +108,10 @@ class Session:
         return reply
 
     async def handle(self, data: str) -> None:
+        if not self.allow():
+            self.send_error(RateLimited(f"more than {self.hub.settings.rate:g} messages per "
+                                        "second on this connection; slow down"), None)
+            return
         try:
             frame = decode_client_frame(data, self.hub.settings.max_frame)
         except FrameError as exc:
@@ -160,13 +181,20 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     max_frame = hub.settings.max_frame
+    gw = hub.gateway
+    limit = hub.settings.max_sockets_per_token
+    if len(gw.members(token_tag(who.token_hash))) >= limit:
+        err = LimitExceeded(f"this token already has {limit} open sockets",
+                            code=ErrorCode.TOO_MANY_SOCKETS)
+        await websocket.send_text(_dumps(error_frame(err, None)))
+        await websocket.close(code=CloseCode.POLICY, reason="too many sockets")
+        return
 
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
     conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
     session = Session(hub, who, conn)
-    gw = hub.gateway
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
     if who.role is Role.HUMAN:

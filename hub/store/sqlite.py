@@ -432,6 +432,11 @@ class SQLiteStore:
         rows = await self.read("SELECT status, count(*) FROM requests GROUP BY status")
         return {s: n for s, n in rows}
 
+    async def pending_count(self, tenant: str) -> int:
+        rows = await self.read(
+            "SELECT count(*) FROM requests WHERE tenant=? AND status='pending'", (tenant,))
+        return int(rows[0][0])
+
     async def ping(self) -> bool:
         rows = await self.read("SELECT 1")
         return rows == [(1,)]

@@ -1,0 +1,641 @@
+"""An OpenAI-compatible ``/v1/chat/completions`` where the model is a person.
+
+Theory of operation
+-------------------
+``model`` names a human (``me`` or ``human/me``); the last user message is the question,
+the messages before it are context the inbox shows collapsed. The call is an ask that
+blocks up to ``wait`` seconds (default 60; extra body field ``wait`` or header
+``X-A2H-Wait``) and comes back as a standard ``chat.completion``.
+
+A call still pending at the end of its wait answers **408** with ``x-should-retry: true``
+and a tiny ``retry-after-ms``, so the official clients' own retries become the long-poll.
+The retry must land on the same request, so the op_id is *derived*, never random::
+
+    op_id = HMAC-SHA256(key = token hash, msg = Idempotency-Key header | canonical payload
+                        [+ generation])[:128 bits]
+
+Keyed by the token hash, op_ids are unguessable and scoped to the token (two agents
+asking the same thing get two requests). With an ``Idempotency-Key`` the op_id is fixed
+for as long as the hub keeps the request (``--retention``). Without one, the payload
+(human, conversation, messages, tools, response format, expiry) is the key; it re-attaches
+while that request is pending and for ``REATTACH_WINDOW`` seconds after it resolved, after
+which the same call is a new question: the hub then moves to the next *generation* of the
+derived op_id (gen 0, 1, 2 ... — the first one that is free, pending or recently resolved).
+
+Every re-attach extends an open-ended deadline to now + wait + 10 s (the core does that),
+so a client that keeps retrying keeps its question alive, and one that gives up lets it
+expire shortly after.
+
+Outcomes: answered → 200 completion (``finish_reason`` ``stop``, or ``tool_calls`` for a
+tool-call answer); pending → 408 ``request_pending`` (retry); expired → 408
+``request_expired`` with ``x-should-retry: false``; declined → 422 ``request_declined``;
+cancelled → 409 ``request_cancelled``. Never an empty completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from hub.core import Request as HubRequest
+from hub.protocol import (
+    MAX_WAIT_SECONDS,
+    Ask,
+    Conversation,
+    HubError,
+    Invalid,
+    Kind,
+    OpId,
+    RetryLater,
+    Status,
+)
+from hub.schema import SchemaError, check_schema, check_tools, is_tool_call, tool_names
+from hub.server.auth import bearer
+from hub.server.http_api import MAX_HTTP_WAIT, hub_of, new_rid, read_json
+from hub.service import HubService
+from hub.store import Principal, Role
+
+log = logging.getLogger("a2h.openai")
+
+#: Seconds after a request resolved during which the same call (no Idempotency-Key)
+#: re-attaches to it and gets its resolution again; later it asks anew.
+REATTACH_WINDOW = 600.0
+#: What a 408 "still pending" tells the client to pause before its retry (the long-poll).
+RETRY_AFTER_MS = 100
+#: Default seconds between SSE comment keep-alives (setting ``sse_keepalive`` or env
+#: ``A2H_SSE_KEEPALIVE`` overrides it).
+KEEPALIVE_SECONDS = 15.0
+#: Largest chat-completions body. An inbox item must fit a human socket's outbox.
+MAX_CHAT_BODY = 256 * 1024
+#: How many generations of a derived op_id are tried before falling back to a fresh one.
+MAX_GENERATIONS = 1000
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+class ParamError(Invalid):
+    """A 400 naming the offending request parameter (OpenAI's ``param``)."""
+
+    def __init__(self, message: str, param: str, oai_code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.oai_code = oai_code
+
+
+def unsupported(param: str, why: str) -> ParamError:
+    return ParamError(f"'{param}' is not supported: {why}", param, "unsupported_parameter")
+
+
+# ---------------------------------------------------------------------------- errors
+
+_OAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+              403: "permission_error", 404: "invalid_request_error",
+              408: "timeout_error", 409: "invalid_request_error", 413: "invalid_request_error",
+              422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def oai_error(status: int, message: str, code: str, *, param: str | None = None,
+              retry: bool = False, request: HubRequest | None = None) -> JSONResponse:
+    """An OpenAI-style error body; ``x-should-retry`` always says what the client should do
+    (the official clients would otherwise retry a 409 by themselves)."""
+    body: dict[str, Any] = {"error": {"message": message,
+                                      "type": _OAI_TYPES.get(status, "server_error"),
+                                      "param": param, "code": code}}
+    headers = {"x-should-retry": "true" if retry else "false"}
+    if request is not None:
+        body["a2h"] = _extra(request)
+        headers["x-a2h-op-id"] = request.op_id
+    if retry:
+        headers["retry-after-ms"] = str(RETRY_AFTER_MS)
+    if status == 401:
+        headers["www-authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def hub_error(exc: HubError) -> JSONResponse:
+    if isinstance(exc, ParamError):
+        return oai_error(400, exc.message, exc.oai_code, param=exc.param)
+    return oai_error(exc.http_status, exc.message, exc.code.value, retry=exc.retryable)
+
+
+def outcome_error(req: HubRequest) -> JSONResponse:
+    """The error for a request that did not end in an answer (yet)."""
+    who = req.to
+    if req.status is Status.PENDING:
+        return oai_error(408, f"{who} has not answered yet; retry the same call to keep "
+                         f"waiting (it re-attaches to request {req.op_id})",
+                         "request_pending", retry=True, request=req)
+    if req.status is Status.EXPIRED:
+        return oai_error(408, f"the question to {who} expired unanswered", "request_expired",
+                         request=req)
+    if req.status is Status.DECLINED:
+        reason = _reason(req.value)
+        return oai_error(422, f"{who} declined to answer" + (f": {reason}" if reason else ""),
+                         "request_declined", request=req)
+    return oai_error(409, "the request was cancelled", "request_cancelled", request=req)
+
+
+def _reason(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("comment"), str):
+        return str(value["comment"])
+    return ""
+
+
+def _extra(req: HubRequest, attached: bool | None = None) -> dict[str, Any]:
+    out = {"op_id": req.op_id, "conversation": req.conversation, "status": req.status.value,
+           "actor": req.actor, "human_seconds": req.human_seconds,
+           "resolved_at": req.resolved_at, "deadline": req.deadline}
+    if attached is not None:
+        out["attached"] = attached
+    return out
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """A chat-completions body, decoded once."""
+
+    model: str
+    handle: str
+    question: str
+    context: dict[str, Any]
+    conversation: str
+    schema: Any
+    tools: Any
+    stream: bool
+    include_usage: bool
+    wait: float
+    expires_in: float | None
+
+    def payload(self) -> bytes:
+        """What makes two calls "the same question" (wait is not part of it)."""
+        return orjson.dumps([self.handle, self.conversation, self.question, self.context,
+                             self.schema, self.tools, self.expires_in],
+                            option=orjson.OPT_SORT_KEYS)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def parse_chat(body: Any, who: Principal, wait_header: str | None) -> ChatCall:
+    """Decode and check a chat-completions body. Raises ParamError naming the parameter."""
+    if not isinstance(body, dict):
+        raise ParamError("the body must be a JSON object", "body")
+    _refuse_unsupported(body)
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise ParamError("'model' must name a human (their handle)", "model",
+                         "missing_required_parameter")
+    handle = model.strip()
+    handle = handle[len("human/"):] if handle.startswith("human/") else handle
+    if not handle or len(handle) > 200:
+        raise ParamError("'model' must name a human (their handle)", "model")
+    question, context = parse_messages(body.get("messages"))
+    schema = parse_response_format(body.get("response_format"))
+    tools, required = parse_tools(body.get("tools"), body.get("tool_choice"))
+    if required:
+        context["tool_choice"] = "required"
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise ParamError("'stream' must be a boolean", "stream")
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise ParamError("'stream_options' must be an object", "stream_options")
+    include_usage = bool(opts.get("include_usage"))
+    wait_raw: Any = body.get("wait")
+    if wait_raw is None and wait_header is not None:
+        try:
+            wait_raw = float(wait_header)
+        except ValueError:
+            raise ParamError("header X-A2H-Wait must be a number of seconds", "wait") from None
+    wait = MAX_WAIT_SECONDS if wait_raw is None else wait_raw
+    if not _number(wait) or not 0 <= wait <= MAX_HTTP_WAIT:
+        raise ParamError(f"'wait' must be 0..{MAX_HTTP_WAIT:g} seconds", "wait")
+    expires_in = body.get("expires_in")
+    if expires_in is not None and (not _number(expires_in) or expires_in <= 0):
+        raise ParamError("'expires_in' must be a number of seconds > 0", "expires_in")
+    return ChatCall(
+        model=model, handle=handle, question=question, context=context,
+        conversation=conversation_of(body, who), schema=schema, tools=tools, stream=stream,
+        include_usage=include_usage, wait=float(wait),
+        expires_in=None if expires_in is None else float(expires_in),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise unsupported("n", "a person gives one answer (n must be 1)")
+    if body.get("logprobs"):
+        raise unsupported("logprobs", "a person's answer has no token probabilities")
+    if body.get("top_logprobs") is not None:
+        raise unsupported("top_logprobs", "a person's answer has no token probabilities")
+    if body.get("audio") is not None:
+        raise unsupported("audio", "answers are text")
+    modalities = body.get("modalities")
+    if modalities is not None and (not isinstance(modalities, list)
+                                   or any(m != "text" for m in modalities)):
+        raise unsupported("modalities", "answers are text")
+    for legacy in ("functions", "function_call"):
+        if body.get(legacy) is not None:
+            raise unsupported(legacy, "use 'tools' and 'tool_choice'")
+    if body.get("web_search_options") is not None:
+        raise unsupported("web_search_options", "a person answers without web search here")
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ParamError(f"'{where}' must be a string or a list of parts", where)
+    parts: list[str] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append(part["refusal"])
+        elif kind in ("image_url", "input_image"):
+            raise unsupported(at, "images in messages are not supported; send text")
+        elif kind == "input_audio":
+            raise unsupported(at, "audio in messages is not supported; send text")
+        elif kind == "file":
+            raise unsupported(at, "files in messages are not supported; send text")
+        else:
+            raise ParamError(f"'{at}' must be a text part", at)
+    return "\n".join(parts)
+
+
+def parse_messages(raw: Any) -> tuple[str, dict[str, Any]]:
+    """(question, context). The question is the last user message; the messages before it
+    are ``context.messages``; tool calls and results after it are appended to the question
+    (they are what the person must act on)."""
+    if not isinstance(raw, list) or not raw:
+        raise ParamError("'messages' must be a non-empty list", "messages",
+                         "missing_required_parameter")
+    msgs: list[dict[str, Any]] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ParamError(f"'{where}' must be an object", where)
+        role = m.get("role")
+        if role not in ROLES:
+            raise ParamError(f"'{where}.role' must be one of {', '.join(sorted(ROLES))}",
+                             f"{where}.role")
+        if m.get("audio") is not None:
+            raise unsupported(f"{where}.audio", "audio in messages is not supported")
+        out: dict[str, Any] = {"role": role, "content": _text(m.get("content"),
+                                                               f"{where}.content")}
+        if isinstance(m.get("name"), str):
+            out["name"] = m["name"]
+        if role == "assistant" and isinstance(m.get("tool_calls"), list):
+            out["tool_calls"] = [_tool_call_view(c) for c in m["tool_calls"]]
+        if role == "tool" and isinstance(m.get("tool_call_id"), str):
+            out["tool_call_id"] = m["tool_call_id"]
+        msgs.append(out)
+    last_user = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
+    if last_user is None:
+        raise ParamError("'messages' needs a user message: the last one is the question",
+                         "messages")
+    question = msgs[last_user]["content"]
+    after = [_render(m, msgs) for m in msgs[last_user + 1:]]
+    if after:
+        question = "\n\n".join([question, *after])
+    if not question.strip():
+        raise ParamError(f"'messages[{last_user}].content' is empty: it is the question",
+                         f"messages[{last_user}].content")
+    return question, {"messages": msgs[:last_user]}
+
+
+def _tool_call_view(call: Any) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        return {}
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    return {"id": call.get("id"), "type": "function",
+            "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
+
+
+def _render(m: dict[str, Any], msgs: list[dict[str, Any]]) -> str:
+    """A message after the question, as Markdown for the person."""
+    if m["role"] == "tool":
+        name = _tool_name_of(m.get("tool_call_id"), msgs)
+        return f"**Tool result**{f' (`{name}`)' if name else ''}:\n\n```\n{m['content']}\n```"
+    if m["role"] == "assistant":
+        lines = [f"**You answered:** {m['content']}"] if m["content"] else []
+        for c in m.get("tool_calls", ()):
+            fn = c.get("function") or {}
+            lines.append(f"**You called** `{fn.get('name')}` with `{fn.get('arguments')}`")
+        return "\n\n".join(lines)
+    return f"**{m['role'].capitalize()}:** {m['content']}"
+
+
+def _tool_name_of(call_id: Any, msgs: list[dict[str, Any]]) -> str | None:
+    for m in msgs:
+        for c in m.get("tool_calls", ()):
+            if c.get("id") == call_id and call_id is not None:
+                name = (c.get("function") or {}).get("name")
+                return name if isinstance(name, str) else None
+    return None
+
+
+def parse_response_format(rf: Any) -> Any:
+    """The JSON schema the answer must satisfy, or None for free text."""
+    if rf is None:
+        return None
+    if not isinstance(rf, dict):
+        raise ParamError("'response_format' must be an object", "response_format")
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind != "json_schema":
+        raise unsupported("response_format", "type must be text, json_object or json_schema")
+    js = rf.get("json_schema")
+    if not isinstance(js, dict) or not isinstance(js.get("schema"), dict):
+        raise ParamError("'response_format.json_schema.schema' must be a JSON schema object",
+                         "response_format.json_schema.schema")
+    schema = js["schema"]
+    try:
+        check_schema(schema)
+    except SchemaError as exc:
+        raise ParamError(f"'response_format.json_schema.schema' {exc}",
+                         "response_format.json_schema.schema") from None
+    if "title" not in schema and isinstance(js.get("name"), str):
+        schema = {"title": js["name"], **schema}
+    return schema
+
+
+def parse_tools(tools: Any, choice: Any) -> tuple[Any, bool]:
+    """(tools shown to the person or None, whether a tool call is required)."""
+    if tools is None:
+        if choice not in (None, "none", "auto"):
+            raise ParamError("'tool_choice' needs 'tools'", "tool_choice")
+        return None, False
+    try:
+        check_tools(tools)
+    except SchemaError as exc:
+        raise ParamError(str(exc), exc.path if exc.path.startswith("tools") else "tools") \
+            from None
+    if choice is None or choice == "auto":
+        return tools, False
+    if choice == "none":
+        return None, False
+    if choice == "required":
+        return tools, True
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        picked = [t for t in tools if t["function"]["name"] == name]
+        if not picked:
+            raise ParamError(f"'tool_choice' names {name!r}, not one of "
+                             f"{', '.join(tool_names(tools))}", "tool_choice")
+        return picked, True
+    raise unsupported("tool_choice", "use none, auto, required or a function")
+
+
+def conversation_of(body: dict[str, Any], who: Principal) -> str:
+    """``metadata.conversation``, else ``user``, else one conversation per token."""
+    meta = body.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ParamError("'metadata' must be an object", "metadata")
+    for value, param in (((meta or {}).get("conversation"), "metadata.conversation"),
+                         (body.get("user"), "user")):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 1 <= len(value) <= 200:
+            raise ParamError(f"'{param}' must be 1..200 characters", param)
+        return value
+    return f"chat:{who.name}:{who.token_hash[:8]}"
+
+
+# ---------------------------------------------------------------------------- op_ids
+
+
+def derive_op_id(who: Principal, key: bytes, generation: int = 0) -> str:
+    """128 bits of HMAC-SHA256 keyed by the token hash: unguessable, token-scoped."""
+    msg = key + b"\x00" + str(generation).encode()
+    return hmac.new(who.token_hash.encode(), msg, hashlib.sha256).hexdigest()[:32]
+
+
+async def choose_op_id(hub: HubService, who: Principal, call: ChatCall,
+                       idempotency_key: str | None) -> str:
+    if idempotency_key is not None:
+        if not 1 <= len(idempotency_key) <= 200:
+            raise ParamError("the Idempotency-Key header is 1..200 characters",
+                             "Idempotency-Key")
+        return derive_op_id(who, b"key\x00" + idempotency_key.encode())
+    key = b"payload\x00" + call.payload()
+    now = hub.clock.now()
+    for gen in range(MAX_GENERATIONS):
+        op_id = derive_op_id(who, key, gen)
+        existing = await hub.store.get_request(who.tenant, op_id)
+        if existing is None or not existing.terminal or existing.resolved_at is None \
+                or now - existing.resolved_at <= REATTACH_WINDOW:
+            return op_id
+    return derive_op_id(who, key + os.urandom(16))
+
+
+def ask_of(call: ChatCall, op_id: str) -> Ask:
+    return Ask(id=0, op_id=OpId(op_id), to=call.handle, question=call.question,
+               conversation=Conversation(call.conversation), kind=Kind.QUESTION,
+               context=call.context, wait=call.wait, expires_in=call.expires_in)
+
+
+# ---------------------------------------------------------------------------- completions
+
+
+def assistant_message(req: HubRequest) -> tuple[dict[str, Any], str]:
+    """(message, finish_reason) for an answered request."""
+    value = req.value
+    if is_tool_call(value):
+        call = value["tool_call"]
+        return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [{
+            "id": f"call_{req.op_id[:24]}", "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": orjson.dumps(call.get("arguments") or {}).decode()},
+        }]}, "tool_calls"
+    content = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return {"role": "assistant", "content": content, "refusal": None}, "stop"
+
+
+def completion(req: HubRequest, call: ChatCall, attached: bool) -> dict[str, Any]:
+    message, finish = assistant_message(req)
+    return {
+        "id": f"chatcmpl-{req.op_id}", "object": "chat.completion",
+        "created": int(req.created_at), "model": call.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                     "logprobs": None}],
+        "usage": dict(USAGE), "system_fingerprint": None,
+        "a2h": _extra(req, attached),
+    }
+
+
+async def _principal(request: Request, *roles: Role) -> Principal | JSONResponse:
+    """Bearer tokens only: no cookies here, so no cross-site request can use them."""
+    hub = hub_of(request)
+    token = bearer(request)
+    who = await hub.store.principal(token, hub.clock.now()) if token else None
+    if who is None:
+        return oai_error(401, "send 'Authorization: Bearer <token>' with a valid A2H token",
+                         "invalid_api_key")
+    if who.role not in roles:
+        return oai_error(403, f"a {who.role.value} token cannot call this; use an agent token",
+                         "forbidden")
+    return who
+
+
+async def chat_completions(request: Request) -> Response:
+    """POST /v1/chat/completions."""
+    try:
+        return await _chat(request)
+    except HubError as exc:
+        return hub_error(exc)
+    except Exception:
+        log.exception("chat completion failed")
+        return hub_error(RetryLater("internal error"))
+
+
+async def _chat(request: Request) -> Response:
+    who = await _principal(request, Role.AGENT)
+    if isinstance(who, Response):
+        return who
+    hub = hub_of(request)
+    body = await read_json(request, MAX_CHAT_BODY)
+    call = parse_chat(body, who, request.headers.get("x-a2h-wait"))
+    if not await hub.known_human(who.tenant, call.handle):
+        return oai_error(404, f"the model {call.model!r} does not exist: no human "
+                         f"{call.handle!r} in this tenant (GET /v1/models lists them)",
+                         "model_not_found", param="model")
+    op_id = await choose_op_id(hub, who, call, request.headers.get("idempotency-key"))
+    ask = ask_of(call, op_id)
+    rid = new_rid()
+    if call.stream:
+        done, reply = hub.future_reply()
+        await hub.ask(who, ask, reply, rid, schema=call.schema, tools=call.tools)
+        r = await done
+        if r.error is not None:
+            raise r.error
+        assert r.request is not None
+        return StreamingResponse(
+            _stream(hub, who, call, r.request, r.attached, rid),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no",
+                     "x-a2h-op-id": op_id})
+    req, attached = await hub.ask_and_wait(who, ask, rid, schema=call.schema,
+                                           tools=call.tools)
+    if req.status is not Status.ANSWERED:
+        return outcome_error(req)
+    return JSONResponse(completion(req, call, attached), headers={"x-a2h-op-id": op_id})
+
+
+def keepalive_seconds(hub: HubService) -> float:
+    configured = getattr(hub.settings, "sse_keepalive", None)
+    if configured:
+        return float(configured)
+    return float(os.environ.get("A2H_SSE_KEEPALIVE", KEEPALIVE_SECONDS))
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+async def _stream(hub: HubService, who: Principal, call: ChatCall, req: HubRequest,
+                  attached: bool, rid: str) -> AsyncIterator[bytes]:
+    """Role chunk at once, ``: keep-alive`` comments while the person thinks, then the
+    answer, the finish chunk and ``[DONE]`` — or an ``error`` event (no ``[DONE]``)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + call.wait
+    interval = keepalive_seconds(hub)
+    base = {"id": f"chatcmpl-{req.op_id}", "object": "chat.completion.chunk",
+            "created": int(req.created_at), "model": call.model, "system_fingerprint": None}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                          "logprobs": None}], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        while not req.terminal:
+            left = end - loop.time()
+            if left <= 0:
+                break
+            # Short re-attaches (subscribe, then read) instead of one long one: each
+            # returns at once on resolution, and between them we tell proxies we live.
+            req = await hub.wait_for(who, req.op_id, min(interval, left), rid)
+            if not req.terminal and end - loop.time() > 0:
+                yield b": keep-alive\n\n"
+    except HubError as exc:
+        yield _sse(orjson.loads(hub_error(exc).body))
+        return
+    if req.status is not Status.ANSWERED:
+        yield _sse(orjson.loads(outcome_error(req).body))
+        return
+    message, finish = assistant_message(req)
+    if finish == "tool_calls":
+        calls = [{"index": 0, **c} for c in message["tool_calls"]]
+        yield chunk({"tool_calls": calls})
+    else:
+        yield chunk({"content": message["content"]})
+    yield chunk({}, finish, a2h=_extra(req, attached))
+    if call.include_usage:
+        yield _sse({**base, "choices": [], "usage": dict(USAGE)})
+    yield b"data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def model_entry(handle: str, tenant: str) -> dict[str, Any]:
+    return {"id": handle, "object": "model", "created": 0, "owned_by": f"a2h:{tenant}"}
+
+
+async def list_models(request: Request) -> Response:
+    """GET /v1/models: the tenant's humans."""
+    who = await _principal(request, Role.AGENT, Role.HUMAN, Role.ADMIN)
+    if isinstance(who, Response):
+        return who
+    humans = await hub_of(request).store.list_humans(who.tenant)
+    return JSONResponse({"object": "list",
+                         "data": [model_entry(h, who.tenant) for h in humans]})
+
+
+async def get_model(request: Request) -> Response:
+    """GET /v1/models/{model}."""
+    who = await _principal(request, Role.AGENT, Role.HUMAN, Role.ADMIN)
+    if isinstance(who, Response):
+        return who
+    model = request.path_params["model"]
+    handle = model[len("human/"):] if model.startswith("human/") else model
+    if not await hub_of(request).known_human(who.tenant, handle):
+        return oai_error(404, f"the model {model!r} does not exist", "model_not_found",
+                         param="model")
+    return JSONResponse(model_entry(handle, who.tenant))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+    ]
+
