@@ -28,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 _SERVING = re.compile(r"(?:a2h|relay): serving on (http://\S+)")
 
 KINDS = ("hub", "relay", "socketio")
+
+#: Flags every benchmarked hub gets. The load client concentrates many humans on a few
+#: sockets, so the per-connection message rate limit (200/s by default, a guard against
+#: abuse) is lifted; every other setting is the default a user gets (``--sync full``).
+HUB_FLAGS = ["--rate", "1000000", "--burst", "1000000"]
 LABELS = {"hub": "A2H hub", "relay": "bare Starlette relay", "socketio": "python-socketio relay"}
 
 
@@ -64,11 +69,14 @@ class Server:
     def command(self) -> list[str]:
         if self.kind == "hub":
             return [sys.executable, "-m", "hub.cli", "serve", "--host", "127.0.0.1",
-                    "--port", str(self.fixed_port), "--db", str(self.db), "--log-level", "warning", *self.extra]
+                    "--port", str(self.fixed_port), "--db", str(self.db), "--log-level", "warning", *HUB_FLAGS,
+                    *self.extra]
         kind = "starlette" if self.kind == "relay" else "socketio"
         return [sys.executable, "-m", "bench.relay", "--kind", kind, "--port", str(self.fixed_port), *self.extra]
 
-    def start(self, timeout: float = 60.0) -> Server:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> Server:
+        """Spawn the server; with ``wait`` return once it printed its URL. ``wait=False``
+        (a restart on the known port) returns at once: poll :func:`wait_healthy`."""
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -91,6 +99,11 @@ class Server:
                     found.set()
 
         threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        if not wait:
+            if not self.fixed_port:
+                raise ValueError("start(wait=False) needs a known port (start once first)")
+            self.url = f"http://127.0.0.1:{self.fixed_port}"
+            return self
         deadline = time.monotonic() + timeout
         while not found.wait(0.01):
             if self.proc.poll() is not None or time.monotonic() > deadline:

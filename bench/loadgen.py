@@ -88,6 +88,12 @@ async def connect_all(cfg: dict[str, Any], roles: list[Any], tokens: list[str],
     return len(roles) - failed, failed
 
 
+def _tokens(a: dict[str, Any], n: int) -> list[str]:
+    """One token per agent (``tokens``), or one shared ``token``."""
+    toks = a.get("tokens") or [a.get("token", "")]
+    return [toks[i % len(toks)] for i in range(n)]
+
+
 # ---------------------------------------------------------------------------- cycles
 
 
@@ -215,7 +221,7 @@ async def mode_cycles(cfg: dict[str, Any], ctl: Control) -> None:
               for i in range(a.get("count", 0))]
     t0 = now_ns()
     ok_h, bad_h = await connect_all(cfg, humans, h_tokens)
-    ok_a, bad_a = await connect_all(cfg, agents, [a.get("token", "")] * len(agents))
+    ok_a, bad_a = await connect_all(cfg, agents, _tokens(a, len(agents)))
     ctl.emit({"event": "ready", "connected": ok_h + ok_a, "failed": bad_h + bad_a,
               "connect_s": (now_ns() - t0) / 1e9})
     agents = [x for x in agents if x.conn is not None]
@@ -302,7 +308,7 @@ async def mode_idle(cfg: dict[str, Any], ctl: Control) -> None:
     t0 = now_ns()
     ok_h, bad_h = await connect_all(cfg, idles, [h["token"] for h in cfg.get("humans", [])],
                                     cfg.get("concurrency", 64))
-    ok_a, bad_a = await connect_all(cfg, waiters, [a.get("token", "")] * len(waiters),
+    ok_a, bad_a = await connect_all(cfg, waiters, _tokens(a, len(waiters)),
                                     cfg.get("concurrency", 64))
     ctl.emit({"event": "ready", "connected": ok_h + ok_a, "failed": bad_h + bad_a,
               "connect_s": (now_ns() - t0) / 1e9})

@@ -67,7 +67,9 @@ class Connection:
         if self.closed:
             return False
         size = len(text)
-        if self._bytes + size > self.limit:
+        # One frame alone always fits (else a big reply could never be delivered); the
+        # limit is on how far the socket falls behind.
+        if self._bytes and self._bytes + size > self.limit:
             log.warning("conn=%s outbox over %d bytes: closing with resync", self.id, self.limit)
             self.kill(CloseCode.RESYNC, "resync: outbox overflow")
             return False

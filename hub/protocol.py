@@ -251,6 +251,14 @@ class T(enum.StrEnum):
     INBOX_ADD = "inbox.add"
     INBOX_REMOVE = "inbox.remove"
     RECONNECT = "reconnect"
+    # runs (issue 6): agent -> hub, except run.list / run.pending (any token)
+    RUN_BEGIN = "run.begin"
+    RUN_CALL = "run.call"
+    RUN_RESULT = "run.result"
+    RUN_INTERRUPT = "run.interrupt"
+    RUN_END = "run.end"
+    RUN_LIST = "run.list"
+    RUN_PENDING = "run.pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,6 +426,163 @@ _PARSERS: dict[str, Any] = {
     T.RESPOND: _parse_respond,
     T.PING: lambda o, i: Ping(i, o.get("data")),
 }
+
+
+# ---------------------------------------------------------------------------- runs (issue 6)
+# Durable runs and their journal (docs/runs.md, hub/journal.py). Frames sent by agent tokens,
+# except run.list and run.pending (any token). The hub answers each with an ``ok`` frame
+# carrying an ``outcome`` (hub.journal.Outcome), or an ``error`` frame.
+
+#: The largest JSON value (a call's result, an interrupt's payload) a run frame may carry:
+#: the frame limit with room for the other fields.
+MAX_JOURNAL_VALUE_BYTES = MAX_FRAME_BYTES - 4 * 1024
+
+_RUN_STATUSES = ("active", "completed", "failed", "needs_attention")
+
+
+@dataclass(frozen=True, slots=True)
+class RunBegin:
+    id: int
+    run_id: str
+    conversation: Conversation
+    version: str
+    escalate_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCall:
+    id: int
+    run_id: str
+    exec: str
+    position: int
+    name: str
+    args_hash: str
+    unsafe: bool = False
+    args: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    id: int
+    run_id: str
+    exec: str
+    position: int
+    ok: bool
+    result: Any = None
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInterrupt:
+    id: int
+    run_id: str
+    exec: str
+    position: int
+    payload: Any
+    to: str
+    choices: tuple[str, ...] | None = None
+    wait: float = MAX_WAIT_SECONDS
+    expires_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    id: int
+    run_id: str
+    exec: str
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunList:
+    id: int
+    status: str | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RunPending:
+    id: int
+
+
+RunFrame = Union[RunBegin, RunCall, RunResult, RunInterrupt, RunEnd, RunList, RunPending]
+
+
+def _position(obj: dict[str, Any]) -> int:
+    pos = _req(obj, "position", int, "an integer")
+    if not 0 <= pos <= 10_000_000:
+        raise Invalid("field 'position' must be 0..10000000")
+    return int(pos)
+
+
+def _opt_name(obj: dict[str, Any], key: str) -> str | None:
+    return None if obj.get(key) is None else _name(obj, key)
+
+
+def _parse_run_begin(obj: dict[str, Any], fid: int) -> RunBegin:
+    return RunBegin(fid, _name(obj, "run_id"), Conversation(_name(obj, "conversation")),
+                    _name(obj, "version", 100), _opt_name(obj, "escalate_to"))
+
+
+def _parse_run_call(obj: dict[str, Any], fid: int) -> RunCall:
+    return RunCall(fid, _name(obj, "run_id"), _name(obj, "exec", 64), _position(obj),
+                   _name(obj, "name"), _name(obj, "args_hash", 64),
+                   bool(obj.get("unsafe", False)), obj.get("args"))
+
+
+def _parse_run_result(obj: dict[str, Any], fid: int) -> RunResult:
+    return RunResult(fid, _name(obj, "run_id"), _name(obj, "exec", 64), _position(obj),
+                     _req(obj, "ok", bool, "a boolean"), obj.get("result"), obj.get("error"))
+
+
+def _parse_run_interrupt(obj: dict[str, Any], fid: int) -> RunInterrupt:
+    choices_raw = obj.get("choices")
+    choices: tuple[str, ...] | None = None
+    if choices_raw is not None:
+        if not isinstance(choices_raw, list) or not choices_raw or \
+                not all(isinstance(c, str) and c for c in choices_raw):
+            raise Invalid("field 'choices' must be a non-empty list of non-empty strings")
+        choices = tuple(choices_raw)
+    wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
+    assert wait is not None
+    if not 0 <= wait <= MAX_WAIT_SECONDS:
+        raise Invalid(f"field 'wait' must be 0..{MAX_WAIT_SECONDS:g}")
+    expires_in = _opt_number(obj, "expires_in", None)
+    if expires_in is not None and expires_in <= 0:
+        raise Invalid("field 'expires_in' must be > 0")
+    return RunInterrupt(fid, _name(obj, "run_id"), _name(obj, "exec", 64), _position(obj),
+                        obj.get("payload"), _name(obj, "to"), choices, wait, expires_in)
+
+
+def _parse_run_end(obj: dict[str, Any], fid: int) -> RunEnd:
+    error = obj.get("error")
+    if error is not None and not isinstance(error, str):
+        raise Invalid("field 'error' must be a string or null")
+    return RunEnd(fid, _name(obj, "run_id"), _name(obj, "exec", 64),
+                  _req(obj, "ok", bool, "a boolean"), error[:2000] if error else None)
+
+
+def _parse_run_list(obj: dict[str, Any], fid: int) -> RunList:
+    status = obj.get("status")
+    if status is not None and status not in _RUN_STATUSES:
+        raise Invalid(f"field 'status' must be one of {', '.join(_RUN_STATUSES)}")
+    limit = obj.get("limit", 100)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise Invalid("field 'limit' must be an integer 1..1000")
+    return RunList(fid, status, limit)
+
+
+_PARSERS.update({
+    T.RUN_BEGIN: _parse_run_begin,
+    T.RUN_CALL: _parse_run_call,
+    T.RUN_RESULT: _parse_run_result,
+    T.RUN_INTERRUPT: _parse_run_interrupt,
+    T.RUN_END: _parse_run_end,
+    T.RUN_LIST: _parse_run_list,
+    T.RUN_PENDING: lambda o, i: RunPending(i),
+})
+# ---------------------------------------------------------------------------- end of runs
 
 
 class FrameError(HubError):

@@ -58,6 +58,27 @@ MIGRATIONS: list[str] = [
     CREATE INDEX requests_done ON requests (tenant, to_human, resolved_at) WHERE status != 'pending';
     CREATE INDEX requests_purge ON requests (resolved_at) WHERE status != 'pending';
     """,
+    # 2: durable runs and their journal (issue 6; hub/journal.py, hub/store/journal_sql.py)
+    """
+    CREATE TABLE runs (
+        tenant TEXT NOT NULL, run_id TEXT NOT NULL, conversation TEXT NOT NULL,
+        version TEXT NOT NULL, agent TEXT NOT NULL, status TEXT NOT NULL, reason TEXT,
+        secret TEXT NOT NULL, exec_id TEXT NOT NULL, escalate_to TEXT,
+        created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL,
+        PRIMARY KEY (tenant, run_id));
+    CREATE INDEX runs_status ON runs (tenant, status, updated_at);
+    CREATE INDEX runs_purge ON runs (finished_at) WHERE finished_at IS NOT NULL;
+    CREATE TABLE journal (
+        tenant TEXT NOT NULL, run_id TEXT NOT NULL, position INTEGER NOT NULL,
+        kind TEXT NOT NULL, name TEXT NOT NULL, args_hash TEXT NOT NULL, args BLOB,
+        unsafe INTEGER NOT NULL, status TEXT NOT NULL, result BLOB, error BLOB, op_id TEXT,
+        to_human TEXT, settle_round INTEGER NOT NULL, attempts INTEGER NOT NULL,
+        exec_id TEXT NOT NULL, decided_by TEXT, started_at REAL NOT NULL, finished_at REAL,
+        PRIMARY KEY (tenant, run_id, position),
+        FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id) ON DELETE CASCADE);
+    CREATE INDEX journal_ops ON journal (tenant, op_id) WHERE op_id IS NOT NULL;
+    CREATE INDEX requests_sender ON requests (tenant, sender) WHERE status = 'pending';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

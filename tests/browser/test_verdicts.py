@@ -29,9 +29,12 @@ class Relay:
         self.hold_respond = False
         self.held: list[tuple[Any, str]] = []
         self.drop_removes = False
+        self.drop_replies = False  # ok frames carrying a request (respond's reply)
+        self.routes: list[Any] = []
         self.lock = threading.Lock()
 
     def __call__(self, ws: Any) -> None:
+        self.routes.append(ws)
         server = ws.connect_to_server()
 
         def to_server(msg: str | bytes) -> None:
@@ -42,13 +45,19 @@ class Relay:
             server.send(msg)
 
         def to_page(msg: str | bytes) -> None:
-            if self.drop_removes and isinstance(msg, str) \
-                    and json.loads(msg).get("type") == "inbox.remove":
+            frame = json.loads(msg) if isinstance(msg, str) else {}
+            if self.drop_removes and frame.get("type") == "inbox.remove":
+                return
+            if self.drop_replies and frame.get("type") == "ok" and "request" in frame:
                 return
             ws.send(msg)
 
         ws.on_message(to_server)
         server.on_message(to_page)
+
+    def cut(self) -> None:
+        """Drop the page's current socket, as a network failure would."""
+        self.routes[-1].close(code=1011, reason="cut by the test")
 
     def release(self) -> None:
         with self.lock:
@@ -116,6 +125,43 @@ def test_answer_after_expiry_says_expired(
     assert agent.wait(pending.op_id, wait=5).status == "expired"
     item.get_by_role("button", name="yes").click()
     expect(item.locator(".verdict")).to_contain_text("expired")
+    expect(item).to_have_count(0)
+
+
+def test_answer_lost_with_the_connection_can_be_sent_again(
+        hub: HubProcess, agent: SdkClient, human: Human, context: Any) -> None:
+    relay = Relay()
+    page = open_routed(context, hub.url, human.token, relay)
+    fut = agent.ask(human.handle, "Lost in transit?", choices=["resend"], wait=30)
+    item = page.get_by_role("article", name=re.compile("Lost in transit"))
+    relay.hold_respond = True
+    item.get_by_role("button", name="resend").click()
+    expect(item.locator(".verdict")).to_have_text("Sending…")
+    relay.cut()  # the respond never reaches the hub
+    relay.held.clear()
+    relay.hold_respond = False
+    expect(item.locator(".verdict")).to_contain_text("Not delivered", timeout=ms(10))
+    button = item.get_by_role("button", name="resend")
+    expect(button).to_be_enabled()
+    assert not fut.done()
+    button.click()
+    assert fut.result(ms(10) / 1000).value == "resend"
+    expect(item).to_have_count(0)
+
+
+def test_verdict_lost_with_the_connection_is_found_in_history(
+        hub: HubProcess, agent: SdkClient, human: Human, context: Any) -> None:
+    relay = Relay()
+    page = open_routed(context, hub.url, human.token, relay)
+    fut = agent.ask(human.handle, "Did it land?", choices=["yes"], wait=30)
+    item = page.get_by_role("article", name=re.compile("Did it land"))
+    relay.drop_removes = relay.drop_replies = True  # the hub records it; the page hears nothing
+    item.get_by_role("button", name="yes").click()
+    assert fut.result(ms(10) / 1000).value == "yes"
+    expect(item.locator(".verdict")).to_have_text("Sending…")
+    relay.cut()
+    relay.drop_removes = relay.drop_replies = False
+    expect(item.locator(".verdict")).to_contain_text("Accepted", timeout=ms(10))
     expect(item).to_have_count(0)
 
 

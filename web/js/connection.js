@@ -21,6 +21,10 @@
 // random, so a hub restart does not bring every tab back in the same millisecond.
 // Close codes: 4000 (resync) reconnects at once; 1012 (hub restarting) and a `reconnect` push
 // reconnect after a random pause; 4001 (revoked) stops and reports `signedout`.
+//
+// Events: state {state, attempt, retryIn, code?, reason?}, hello, sync {items}, push (every
+// push frame) and one event per push type ("inbox.add", "inbox.remove", ...), signedout
+// {reason: "revoked" | "unauthorized"}, huberror (an error frame that answers no request).
 
 import { CloseCode, ErrorCode, T } from "./protocol.js";
 
@@ -225,7 +229,11 @@ export class Connection extends EventTarget {
 
     if (frame.type === T.OK || frame.type === T.ERROR) {
       const p = this._pending.get(frame.id);
-      if (!p) return;
+      if (!p) {
+        // An error about no request of ours (e.g. too_many_sockets before a close): report it.
+        if (frame.type === T.ERROR) this._emit("huberror", frame);
+        return;
+      }
       this._pending.delete(frame.id);
       this._clearTimeout(p.timer);
       if (frame.type === T.OK) p.resolve(frame);

@@ -154,6 +154,9 @@ function startApp(me) {
   conn.addEventListener("sync", (e) => onSync(e.detail.items));
   conn.addEventListener(T.INBOX_ADD, (e) => onAdd(e.detail.request, true));
   conn.addEventListener(T.INBOX_REMOVE, (e) => onRemove(e.detail));
+  conn.addEventListener("huberror", (e) => {
+    app.connNote = e.detail && e.detail.message ? String(e.detail.message) : "";
+  });
   conn.addEventListener("signedout", (e) => {
     showSignIn(
       e.detail.reason === "revoked"
@@ -203,7 +206,10 @@ function onState(e) {
     [State.SIGNED_OUT]: "Signed out",
   }[state];
   if (label.textContent !== text) label.textContent = text;
-  if (state === State.OPEN) app.everOpen = true;
+  if (state === State.OPEN) {
+    app.everOpen = true;
+    app.connNote = "";
+  }
   $("retry-now").hidden = state !== State.CLOSED;
   clearInterval(app.connTicker);
   app.connTicker = null;
@@ -218,7 +224,8 @@ function onState(e) {
 
 function updateRetry() {
   const ms = app.conn && app.conn.retryIn;
-  $("conn-retry").textContent = ms == null ? "" : `in ${Math.ceil(ms / 1000)} s`;
+  const when = ms == null ? "" : `in ${Math.ceil(ms / 1000)} s`;
+  $("conn-retry").textContent = app.connNote ? `(${app.connNote}) ${when}` : when;
 }
 
 // ============================================================================ the list
@@ -267,8 +274,9 @@ function onSync(items) {
       continue;
     }
     // Resolved while this page was disconnected.
-    app.tombstones.add(item.req.op_id);
-    if (item.uncertain) settleUncertain(item);
+    tombstone(item.req.op_id);
+    // After this sync event the connection reports "open"; ask history then.
+    if (item.uncertain) setTimeout(() => settleUncertain(item), 0);
     else dropItem(item);
   }
   updateEmpty();
@@ -314,7 +322,7 @@ function onRemove(frame) {
   const req = frame.request && typeof frame.request === "object" ? frame.request : null;
   const opId = frame.op_id || (req && req.op_id);
   if (typeof opId !== "string") return;
-  app.tombstones.add(opId);
+  tombstone(opId);
   if (req && app.history) addToHistory(req);
   const item = app.items.get(opId);
   if (!item || item.resolved) return;
@@ -325,6 +333,18 @@ function onRemove(frame) {
   }
   if (req) finalize(item, describeResolution(req), toneOf(req));
   else finalize(item, "No longer pending.", "info");
+}
+
+function tombstone(opId) {
+  app.tombstones.add(opId);
+  if (app.tombstones.size > 5000) {
+    // Sets iterate in insertion order: forget the oldest half.
+    let n = 2500;
+    for (const old of app.tombstones) {
+      if (n-- <= 0) break;
+      app.tombstones.delete(old);
+    }
+  }
 }
 
 function describeResolution(req, { mine = undefined } = {}) {
@@ -369,7 +389,7 @@ function finalize(item, text, tone) {
   const hadFocus = item.el.contains(document.activeElement);
   item.resolved = true;
   item.sending = false;
-  app.tombstones.add(item.req.op_id);
+  tombstone(item.req.op_id);
   item.el.classList.add("resolved");
   item.el.setAttribute("aria-disabled", "true");
   setControlsDisabled(item, true);

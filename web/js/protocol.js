@@ -62,6 +62,12 @@ export const ErrorCode = Object.freeze({
   LIMIT_EXCEEDED: "limit_exceeded",
   UNAVAILABLE: "unavailable",
   INTERNAL: "internal",
+  TOO_MANY_SOCKETS: "too_many_sockets",
+  TOO_MANY_PENDING: "too_many_pending",
+  QUESTION_TOO_LARGE: "question_too_large",
+  CONTEXT_TOO_LARGE: "context_too_large",
+  TOO_MANY_CHOICES: "too_many_choices",
+  JOURNAL_FULL: "journal_full",
 });
 
 export const CloseCode = Object.freeze({
