@@ -22,12 +22,23 @@ from client_sdk.errors import (
     UnknownOutcome,
 )
 from client_sdk.models import Answer, Item
+from client_sdk.runs import (
+    CallFailed,
+    Rejected,
+    ReplayDivergence,
+    Run,
+    RunInfo,
+    RunNotActive,
+    RunVersionChanged,
+    call_id,
+)
 
 __all__ = [
     "A2HError",
     "AccessDenied",
     "AlreadyResolved",
     "Answer",
+    "CallFailed",
     "Conflict",
     "ConnectionLost",
     "Hub",
@@ -37,8 +48,15 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "RateLimited",
+    "Rejected",
+    "ReplayDivergence",
     "RequestError",
     "RetryableError",
+    "Run",
+    "RunInfo",
+    "RunNotActive",
+    "RunVersionChanged",
     "UnknownOutcome",
+    "call_id",
     "new_op_id",
 ]

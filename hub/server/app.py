@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hub.clock import Clock
 from hub.config import Settings
-from hub.server import ops, session
+from hub.server import admin, ops, session
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
 from hub.store import Store
@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         Route("/api/session", session.logout, methods=["DELETE"]),
         Route("/api/me", session.me),
     ]
+    routes += admin.routes()
     routes += extra_routes()
     directory = web_dir or WEB_DIR
     if directory.is_dir():

@@ -370,8 +370,15 @@ class SQLiteStore:
             return None
         return Principal(tenant, Role(role), name, token_hash)
 
-    async def revoke_token(self, token: str, now: float) -> bool:
-        return bool(await self.write(lambda c: revoke_token_sync(c, token, now)))
+    async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool:
+        return bool(await self.write(lambda c: revoke_token_sync(c, token, now, tenant)))
+
+    async def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
+        rows = await self.read(
+            "SELECT hash, role, name, created_at, expires_at, revoked_at FROM tokens "
+            "WHERE tenant=? ORDER BY created_at", (tenant,))
+        keys = ("hash", "role", "name", "created_at", "expires_at", "revoked_at")
+        return [dict(zip(keys, r)) for r in rows]
 
     async def revoked_since(self, since: float) -> list[str]:
         rows = await self.read("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
@@ -488,13 +495,22 @@ def create_token_sync(conn: sqlite3.Connection, token: str, tenant: str, role: R
                  (hash_token(token), tenant, role.value, name, now, expires_at))
 
 
-def revoke_token_sync(conn: sqlite3.Connection, token: str, now: float) -> bool:
+def revoke_token_sync(conn: sqlite3.Connection, token: str, now: float,
+                      tenant: str | None = None) -> bool:
+    """Revoke by the token itself or by its hash (64 hex digits), optionally only within
+    ``tenant``; ends the token's browser sessions too."""
     h = token if len(token) == 64 and all(ch in "0123456789abcdef" for ch in token) \
         else hash_token(token)
-    cur = conn.execute("UPDATE tokens SET revoked_at=? WHERE hash=? AND revoked_at IS NULL",
-                       (now, h))
+    if tenant is None:
+        cur = conn.execute("UPDATE tokens SET revoked_at=? WHERE hash=? AND revoked_at IS NULL",
+                           (now, h))
+    else:
+        cur = conn.execute("UPDATE tokens SET revoked_at=? WHERE hash=? AND tenant=? "
+                           "AND revoked_at IS NULL", (now, h, tenant))
+    if cur.rowcount != 1:
+        return False
     conn.execute("DELETE FROM sessions WHERE token_hash=?", (h,))
-    return cur.rowcount == 1
+    return True
 
 
 def issue_token(path: str | Path, tenant: str, role: Role, name: str,

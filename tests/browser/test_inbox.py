@@ -80,7 +80,6 @@ def test_free_text_is_sent_with_ctrl_enter(
     answer = fut.result(ms(10) / 1000)
     assert (answer.status, answer.value) == ("answered", "Bookworm\nwith a second line")
     expect(item).to_contain_text("Accepted")
-    expect(item).to_have_count(0)
 
 
 def test_send_button_and_empty_answer(
@@ -117,7 +116,7 @@ def test_approve_and_reject_with_a_comment(
     item.get_by_role("button", name="Reject").click()
     r = drop.result(ms(10) / 1000)
     assert (r.status, r.value) == ("declined", {"approved": False, "comment": "not on a Friday"})
-    expect(item).to_have_count(0)
+    expect(item).to_contain_text("Accepted: rejected")
 
 
 def test_keyboard_moves_chooses_and_approves(

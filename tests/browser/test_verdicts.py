@@ -89,7 +89,6 @@ def test_sending_shows_progress_then_the_verdict(
     relay.release()
     expect(item.locator(".verdict")).to_contain_text("Accepted")
     assert fut.result(ms(10) / 1000).value == "ok"
-    expect(item).to_have_count(0)
 
 
 def test_answer_after_another_device_answered_says_already_resolved(
@@ -111,7 +110,6 @@ def test_answer_after_another_device_answered_says_already_resolved(
     item.get_by_role("button", name="me").click()
     expect(item.locator(".verdict")).to_contain_text("Already resolved")
     expect(item.locator(".verdict")).to_contain_text("another tab")
-    expect(item).to_have_count(0)
 
 
 def test_answer_after_expiry_says_expired(
@@ -125,7 +123,6 @@ def test_answer_after_expiry_says_expired(
     assert agent.wait(pending.op_id, wait=5).status == "expired"
     item.get_by_role("button", name="yes").click()
     expect(item.locator(".verdict")).to_contain_text("expired")
-    expect(item).to_have_count(0)
 
 
 def test_answer_lost_with_the_connection_can_be_sent_again(
@@ -146,7 +143,6 @@ def test_answer_lost_with_the_connection_can_be_sent_again(
     assert not fut.done()
     button.click()
     assert fut.result(ms(10) / 1000).value == "resend"
-    expect(item).to_have_count(0)
 
 
 def test_verdict_lost_with_the_connection_is_found_in_history(
