@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from browser_util import ARTIFACTS, ROOT, AsyncRunner, Human, SdkClient, ms
-from e2e_util import HubProcess, a2h, create_token
+from e2e_util import UNIT, HubProcess, a2h, create_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -157,6 +157,59 @@ def test_list_is_ordered_by_nearest_deadline(
         labels = [p.get_by_role("article").nth(i).get_attribute("aria-label") for i in range(3)]
         assert [re.search(r"(\w+) \(", lbl).group(1) for lbl in labels] == ["First", "Second", "Third"]
         expect(p).to_have_title("(3) A2H Inbox")
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+RECORD_ARRIVALS = """(() => {
+  // Wall-clock time (not Date.now, which tests may skew) when each request shows up.
+  window.__arrivals = {};
+  new MutationObserver(() => {
+    for (const el of document.querySelectorAll("article[data-op-id]")) {
+      const id = el.dataset.opId;
+      if (!(id in window.__arrivals)) window.__arrivals[id] = (performance.timeOrigin + performance.now()) / 1000;
+    }
+  }).observe(document, { childList: true, subtree: true });
+})();"""
+
+
+def test_new_requests_appear_live_within_100ms(
+        hub: HubProcess, agent: SdkClient, human: Human, context: Any) -> None:
+    context.add_init_script(RECORD_ARRIVALS)
+    page = open_inbox(context, hub.url, human.token)
+    delays = []
+    for i in range(5):
+        pending = agent.create(human.handle, f"Live {i}?")
+        committed = pending.request["created_at"]
+        page.wait_for_function("id => id in window.__arrivals", arg=pending.op_id)
+        delays.append(page.evaluate("id => window.__arrivals[id]", pending.op_id) - committed)
+    delays.sort()
+    print(f"inbox.add to screen: median {delays[2] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms")
+    assert delays[2] < 0.1 * UNIT, delays
+
+
+FAKE_NOTIFICATIONS = """(() => {
+  window.__notes = [];
+  window.Notification = class {
+    constructor(title, opts) { window.__notes.push({ title, body: opts && opts.body }); }
+    static get permission() { return "granted"; }
+    static requestPermission() { return Promise.resolve("granted"); }
+  };
+  Document.prototype.hasFocus = () => false; // the human is looking at another window
+})();"""
+
+
+def test_desktop_notification_for_new_requests(
+        hub: HubProcess, agent: SdkClient, human: Human, context: Any) -> None:
+    context.add_init_script(FAKE_NOTIFICATIONS)
+    agent.create(human.handle, "Already waiting")
+    page = open_inbox(context, hub.url, human.token)
+    expect(page.get_by_role("button", name="Enable notifications")).to_be_hidden()
+    agent.create(human.handle, "Ping **me** when you can", kind="approval")
+    page.wait_for_function("window.__notes.length > 0")
+    notes = page.evaluate("window.__notes")
+    assert notes == [{"title": "Approval request from agent:ci", "body": "Ping me when you can"}]
 
 
 # ---------------------------------------------------------------------------- time

@@ -24,6 +24,14 @@ export const T = Object.freeze({
   INBOX_ADD: "inbox.add",
   INBOX_REMOVE: "inbox.remove",
   RECONNECT: "reconnect",
+  // durable runs (agent -> hub)
+  RUN_BEGIN: "run.begin",
+  RUN_CALL: "run.call",
+  RUN_RESULT: "run.result",
+  RUN_INTERRUPT: "run.interrupt",
+  RUN_END: "run.end",
+  RUN_LIST: "run.list",
+  RUN_PENDING: "run.pending",
 });
 
 export const Status = Object.freeze({
