@@ -80,27 +80,56 @@ def open_fds(pid: int) -> int:
         return -1
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (all cores, /proc/stat)."""
+    with open("/proc/stat", "rb") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 class CpuMeter:
-    """CPU used by a set of processes between ``start()`` and ``stop()``."""
+    """CPU used by a set of processes between ``start()`` and ``stop()``, and by everything
+    else on the machine (``other``: another job on a shared machine skews a run)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self._t0 = 0
         self._c0: dict[str, float] = {}
+        self._m0 = 0.0
         self.wall = 0.0
         self.used: dict[str, float] = {}
+        self.other = 0.0
 
     def start(self) -> None:
         self._t0 = now_ns()
+        self._m0 = machine_busy()
         self._c0 = {k: _safe_cpu(p) for k, p in self.pids.items()}
 
     def stop(self) -> dict[str, float]:
         self.wall = (now_ns() - self._t0) / 1e9
         self.used = {k: _safe_cpu(p) - self._c0[k] for k, p in self.pids.items()}
+        self.other = max(0.0, machine_busy() - self._m0 - sum(self.used.values()))
         return self.used
 
     def util(self, key: str) -> float:
         return self.used.get(key, 0.0) / self.wall if self.wall else 0.0
+
+    @property
+    def other_util(self) -> float:
+        """Cores used by processes outside the benchmark during the window."""
+        return round(self.other / self.wall, 3) if self.wall else 0.0
+
+
+def wait_quiet(max_wait: float, threshold: float = 0.25, sample: float = 1.0) -> float:
+    """Wait (up to ``max_wait`` s) until the machine is nearly idle; return the load seen."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0 = machine_busy()
+        time.sleep(sample)
+        load = (machine_busy() - b0) / sample
+        if load <= threshold or time.monotonic() >= deadline:
+            return round(load, 3)
 
 
 def _safe_cpu(pid: int) -> float:

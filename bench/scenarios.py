@@ -46,6 +46,13 @@ class Plan:
     duration: float = 10.0
     repeats: int = 1
     agent_procs: int = 1
+    #: Before each measured run, wait up to this long for other jobs on the machine to calm
+    #: down (the development machine is shared); what was seen is recorded either way.
+    quiet_wait: float = 30.0
+    #: Extra hub configurations run next to the default one in the cycles scenario:
+    #: (label, extra ``a2h serve`` flags).
+    hub_variants: list[tuple[str, list[str]]] = field(
+        default_factory=lambda: [("hub --sync normal", ["--sync", "normal"])])
     #: N values at which python-socketio's own AsyncClient also drives the socket.io relay.
     sio_client_ns: list[int] = field(default_factory=lambda: [200])
     # idle capacity
@@ -77,6 +84,7 @@ class Plan:
     @classmethod
     def quick_plan(cls) -> Plan:
         return cls(quick=True, cycles_ns=[50], warmup=0.5, duration=2.0, sio_client_ns=[],
+                   quiet_wait=0.0, hub_variants=[],
                    idle_agents=300, idle_inbox=30, idle_procs=1, idle_settle=0.5,
                    idle_window=2.0, rooms_total=2_000, rooms_agents=50, room_idle=0.5,
                    rebuild_probes=100, recovery_pending=500, recovery_expires=2.0,
@@ -206,6 +214,7 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
                 rate: float = 0.0, extra: list[str] | None = None,
                 label: str | None = None, on_window: Any = None) -> dict[str, Any]:
     """N agents in a closed loop against one server, auto-answering humans."""
+    load_before = _sys.wait_quiet(plan.quiet_wait) if plan.quiet_wait else None
     server = Server(kind, extra=extra)
     humans = [f"h{i}" for i in range(plan.humans)]
     procs_n = _split(n, plan.agent_procs)
@@ -282,7 +291,8 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
         "client_cpu_us_per_cycle": round(sum(used[p.name] for p in procs) / cycles * 1e6, 1)
         if cycles else None,
         "server_rss_mib": round(rss1 / 1024, 1), "server_rss_growth_mib": round((rss1 - rss0) / 1024, 1),
-        "bottleneck": _bottleneck(loop_util, client_utils),
+        "bottleneck": _bottleneck(loop_util, client_utils, meter.other_util),
+        "other_cpu_util": meter.other_util, "machine_load_before": load_before,
         "errors": errors,
         "rate_per_agent": rate,
     }
@@ -296,7 +306,9 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
     return out
 
 
-def _bottleneck(loop_util: float, client_utils: dict[str, float]) -> str:
+def _bottleneck(loop_util: float, client_utils: dict[str, float], other: float = 0.0) -> str:
+    if other >= 0.3:
+        return f"shared machine: other jobs used {other:.2f} cores"
     busy = [k for k, v in client_utils.items() if v >= 0.9]
     if loop_util >= 0.9 and not busy:
         return "server"
@@ -307,11 +319,23 @@ def _bottleneck(loop_util: float, client_utils: dict[str, float]) -> str:
     return "neither (closed loop latency-bound)"
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def scenario_cycles(plan: Plan) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
+    skipped = []
+    servers = list(plan.servers)
+    if "socketio" in servers and not _has("socketio"):
+        servers.remove("socketio")
+        skipped.append("socketio: python-socketio is not installed (pip install -e '.[bench]')")
+        log("cycles: " + skipped[-1])
     for rep in range(plan.repeats):
         for n in plan.cycles_ns:
-            for kind in plan.servers:
+            for kind in servers:
                 log(f"cycles: {kind} N={n} (repeat {rep + 1}/{plan.repeats})")
                 try:
                     r = cycles_once(kind, n, plan)
@@ -325,7 +349,19 @@ def scenario_cycles(plan: Plan) -> dict[str, Any]:
                 log(f"  {r['cycles_per_s']:.0f} cycles/s, answer->agent p99 "
                     f"{r['answer_to_agent_ms']['p99']} ms, server loop {r['server_loop_util']:.2f}, "
                     f"clients {r['client_cpu_util']}")
-            if "socketio" in plan.servers and n in plan.sio_client_ns:
+            if "hub" in plan.servers:
+                for label, extra in plan.hub_variants:
+                    log(f"cycles: {label} N={n}")
+                    try:
+                        r = cycles_once("hub", n, plan, extra=extra, label=label)
+                    except Exception as exc:  # noqa: BLE001
+                        log(f"cycles: {label} N={n} failed: {exc!r}")
+                        continue
+                    r["rep"] = rep
+                    runs.append(r)
+                    log(f"  {r['cycles_per_s']:.0f} cycles/s, answer->agent p99 "
+                        f"{r['answer_to_agent_ms']['p99']} ms")
+            if "socketio" in servers and n in plan.sio_client_ns and _has("aiohttp"):
                 log(f"cycles: socketio N={n} with python-socketio AsyncClient")
                 try:
                     r = cycles_once("socketio", n, plan, dialect="sio-client",
@@ -335,7 +371,7 @@ def scenario_cycles(plan: Plan) -> dict[str, Any]:
                     log(f"  {r['cycles_per_s']:.0f} cycles/s, clients {r['client_cpu_util']}")
                 except Exception as exc:  # noqa: BLE001
                     log(f"cycles: socketio AsyncClient failed: {exc!r}")
-    return {"runs": runs, "summary": summarize_cycles(runs)}
+    return {"runs": runs, "summary": summarize_cycles(runs), "skipped": skipped}
 
 
 def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -374,6 +410,8 @@ def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def idle_once(kind: str, plan: Plan) -> dict[str, Any]:
+    if plan.quiet_wait:
+        _sys.wait_quiet(plan.quiet_wait)
     server = Server(kind)
     humans = [f"i{i}" for i in range(plan.idle_inbox)]
     parts = _split(plan.idle_agents, plan.idle_procs)
@@ -468,6 +506,7 @@ def idle_once(kind: str, plan: Plan) -> dict[str, Any]:
         "anon_kib_per_conn_all": per(base, s_wait, connected, "anon_kib"),
         "rss_mib_waiting": round(s_wait["rss_kib"] / 1024, 1),
         "idle_window_s": round(meter.wall, 2),
+        "other_cpu_util": meter.other_util,
         "idle_server_cpu_util": round(meter.util("server"), 4),
         "idle_server_loop_util": round(idle_loop / meter.wall, 4) if meter.wall else None,
         "idle_cpu_us_per_conn_per_s": round(meter.used["server"] / meter.wall / connected * 1e6, 3)
@@ -751,6 +790,7 @@ def scenario_overload(plan: Plan) -> dict[str, Any]:
                 "errors": a["errors"],
                 "server_cpu_util": round(meter.util("server"), 3),
                 "server_loop_util": round(loop_util, 3),
+                "other_cpu_util": meter.other_util,
             }
         fp.send({"cmd": "finish"})
         flood = fp.expect("result", 60)

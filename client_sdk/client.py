@@ -11,6 +11,7 @@ second request. Other calls raise :class:`ConnectionLost`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import secrets
@@ -114,7 +115,7 @@ class Hub(RunsMixin):
             if exc.response.status_code in (401, 403):
                 raise AccessDenied("the hub refused this token", code="unauthorized") from None
             raise RetryableError(f"hub answered HTTP {exc.response.status_code}") from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ConnectionLost(f"cannot reach {self.ws_url}: {exc}") from None
         hello = orjson.loads(await ws.recv())
         if hello.get("type") != T.HELLO:
@@ -172,7 +173,7 @@ class Hub(RunsMixin):
             self._ids += 1
             fid = self._ids
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            fut.add_done_callback(lambda f, op_id=op_id: self._reattached(op_id, f))
+            fut.add_done_callback(functools.partial(self._reattached, op_id))
             self._calls[fid] = fut
             await ws.send(orjson.dumps({**frame, "id": fid}).decode())
 
@@ -315,10 +316,10 @@ class Hub(RunsMixin):
                     # Re-attach after the reconnect, by op_id: never a second request.
                     try:
                         await self._ready(max(end - loop.time(), 0.0) + 30.0)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         raise ConnectionLost("could not reconnect to the hub") from None
                     continue
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if fut.done():
                         return Answer.from_view(fut.result())
                     self._unwatch(op_id)

@@ -459,7 +459,7 @@ class RunsMixin:
             raise
         run._closed = True
         end = await self._run_frame({"type": T.RUN_END, "run_id": run_id, "exec": run._exec,
-                                     "ok": True})
+                                     "ok": True, "calls": run._next})
         if end.get("outcome") != "recorded":
             raise _outcome_error(end, run_id)
 

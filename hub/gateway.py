@@ -129,7 +129,7 @@ class Connection:
         if closing is not None:
             try:
                 await asyncio.wait_for(closing, 5)
-            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+            except (TimeoutError, asyncio.CancelledError, Exception):
                 pass
 
 

@@ -25,6 +25,7 @@ other name or args hash     ``diverged``: never skipped, never re-run; the run n
                             or, for ``unsafe_to_repeat``, ``unknown`` (fail closed, inv. 10)
 ``failed``, later entries   ``failed``: the code went on after the error, so replay raises it
 ``failed``, last entry      the run stopped on that error: treated like ``running`` above
+(the code ends early)       ``diverged`` at the end: fewer calls than the journal holds
 ``unknown``                 follows the human's settlement, read from its inbox request:
                             "it happened" → ``done`` (with the result given, if any),
                             "retry it" → ``run``, "fail the run" → the run fails;
@@ -295,6 +296,8 @@ class RunEnded:
     exec_id: str
     ok: bool
     error: str | None = None
+    #: positions the code used; None: not checked
+    calls: int | None = None
 
 
 Event = Union[RunStarted, CallReached, CallFinished, InterruptResolved, RunEnded]
@@ -315,6 +318,8 @@ class Snapshot:
     fallback_human: str | None = None
     #: the most journal entries one run may have
     max_entries: int = 10_000
+    #: how many entries the journal has (only read when a run ends)
+    journal_length: int = 0
 
 
 # ---------------------------------------------------------------------------- effects
@@ -369,7 +374,7 @@ def handle(event: Event, snap: Snapshot, now: float) -> Step:
     if isinstance(event, InterruptResolved):
         return _resolved(event, run, snap.entry, now)
     if isinstance(event, RunEnded):
-        return _ended(event, run, now)
+        return _ended(event, run, snap.journal_length, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -599,9 +604,14 @@ def _resolved(ev: InterruptResolved, run: Run, entry: Entry | None, now: float) 
     return Step(Outcome.RECORDED, result=entry.result)  # the first resolution stays
 
 
-def _ended(ev: RunEnded, run: Run, now: float) -> Step:
+def _ended(ev: RunEnded, run: Run, journal_length: int, now: float) -> Step:
     if run.exec_id != ev.exec_id or run.status is not RunStatus.ACTIVE:
         return _not_active(run, ev.exec_id)
+    if ev.ok and ev.calls is not None and ev.calls < journal_length:
+        msg = (f"replay diverged: the code finished after {ev.calls} calls, but the journal "
+               f"has {journal_length} (call #{ev.calls} onwards were never made again)")
+        _set_run(run, RunStatus.NEEDS_ATTENTION, now, msg)
+        return Step(Outcome.DIVERGED, write_run=run, run=run, message=msg)
     _set_run(run, RunStatus.COMPLETED if ev.ok else RunStatus.FAILED, now,
              None if ev.ok else (ev.error or "failed"))
     return Step(Outcome.RECORDED, write_run=run, run=run)

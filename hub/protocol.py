@@ -349,7 +349,7 @@ def _opt_number(obj: dict[str, Any], key: str, default: float | None) -> float |
 
 
 def _name(obj: dict[str, Any], key: str, max_len: int = 200) -> str:
-    val = _req(obj, key, str, "a string")
+    val: str = _req(obj, key, str, "a string")
     if not val or len(val) > max_len:
         raise Invalid(f"field {key!r} must be 1..{max_len} characters")
     return val
@@ -492,6 +492,9 @@ class RunEnd:
     exec: str
     ok: bool
     error: str | None = None
+    #: how many positions the code used (calls and interrupts), to catch a replay that
+    #: ends before the journal does
+    calls: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,8 +562,12 @@ def _parse_run_end(obj: dict[str, Any], fid: int) -> RunEnd:
     error = obj.get("error")
     if error is not None and not isinstance(error, str):
         raise Invalid("field 'error' must be a string or null")
+    calls = obj.get("calls")
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, int)
+                              or calls < 0):
+        raise Invalid("field 'calls' must be a non-negative integer or null")
     return RunEnd(fid, _name(obj, "run_id"), _name(obj, "exec", 64),
-                  _req(obj, "ok", bool, "a boolean"), error[:2000] if error else None)
+                  _req(obj, "ok", bool, "a boolean"), error[:2000] if error else None, calls)
 
 
 def _parse_run_list(obj: dict[str, Any], fid: int) -> RunList:
@@ -647,7 +654,7 @@ def error_frame(exc: HubError, frame_id: int | None) -> dict[str, Any]:
 def error_from_frame(frame: dict[str, Any]) -> HubError:
     """Rebuild the exception an ``error`` frame describes (used by the SDK)."""
     try:
-        code = ErrorCode(frame.get("code"))
+        code = ErrorCode(str(frame.get("code")))
     except ValueError:
         code = ErrorCode.INTERNAL
     cls = ERRORS_BY_CODE.get(code, RetryLater)

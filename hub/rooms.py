@@ -26,7 +26,6 @@ from hub.core import (
     Decision,
     Effect,
     Event,
-    Insert,
     Replied,
     RoomCore,
 )

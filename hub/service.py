@@ -279,7 +279,7 @@ class HubService:
             return req
         try:
             return await asyncio.wait_for(asyncio.shield(fut), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return req
 
     def _add_waiter(self, key: tuple[str, str]) -> asyncio.Future[Request]:

@@ -375,3 +375,14 @@ def test_finished_runs_are_purged_with_their_journal(conn: sqlite3.Connection) -
     assert sql.purge_runs_sync(conn, NOW + 11) == 1
     assert sql.load_run(conn, "t", "r") is None and sql.load_entry(conn, "t", "r", 0) is None
     assert sql.load_entry(conn, "u", "r", 0) is not None  # active: kept
+
+
+def test_a_replay_that_ends_before_the_journal_does_diverges() -> None:
+    run = new_run()
+    snap = Snapshot(run, journal_length=3)
+    step = j.handle(RunEnded("r", "e1", True, calls=2), snap, NOW)
+    assert step.outcome is Outcome.DIVERGED and "finished after 2 calls" in step.message
+    assert run.status is RunStatus.NEEDS_ATTENTION
+    run = new_run()
+    assert j.handle(RunEnded("r", "e1", True, calls=3), Snapshot(run, journal_length=3),
+                    NOW).outcome is Outcome.RECORDED

@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,9 +57,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 
 def run(coro: Awaitable[T]) -> T:
+    """Run on a fresh loop in a worker thread: Playwright's sync API (browser tests in the
+    same session) leaves a running loop in the main thread, where asyncio.run refuses."""
     async def bounded() -> T:
         return await asyncio.wait_for(coro, 30 * UNIT)
-    return asyncio.run(bounded())
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, bounded()).result()
 
 
 def q(text: str = "Ship it?") -> str:
@@ -223,18 +227,18 @@ def test_stream_sends_role_at_once_then_keep_alives(env: Env) -> None:
 
     async def main() -> list[str]:
         lines: list[str] = []
-        async with httpx.AsyncClient(timeout=30 * UNIT) as http:
-            async with http.stream("POST", env.url + "/v1/chat/completions", json={
-                    "model": "me", "messages": user(question), "stream": True},
-                    headers={"Authorization": f"Bearer {env.agent}"}) as r:
-                assert r.headers["content-type"].startswith("text/event-stream")
-                answered: asyncio.Future[Item] | None = None
-                async for line in r.aiter_lines():
-                    lines.append(line)
-                    if line == ": keep-alive" and answered is None:
-                        answered = asyncio.ensure_future(answer(env, question, "alive"))
-                if answered is not None:
-                    await answered
+        answered: asyncio.Future[Item] | None = None
+        async with httpx.AsyncClient(timeout=30 * UNIT) as http, http.stream(
+                "POST", env.url + "/v1/chat/completions",
+                json={"model": "me", "messages": user(question), "stream": True},
+                headers={"Authorization": f"Bearer {env.agent}"}) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            async for line in r.aiter_lines():
+                lines.append(line)
+                if line == ": keep-alive" and answered is None:
+                    answered = asyncio.ensure_future(answer(env, question, "alive"))
+        if answered is not None:
+            await answered
         return lines
 
     lines = run(main())

@@ -54,7 +54,7 @@ async def create_token(request: Request) -> Response:
     if body is None:
         return error_response(ErrorCode.BAD_JSON, "send a JSON object")
     try:
-        role = Role(body.get("role"))
+        role = Role(str(body.get("role")))
     except ValueError:
         return error_response(ErrorCode.INVALID, "role must be agent, human or admin")
     name = body.get("name")

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -79,8 +80,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     directory = web_dir or WEB_DIR
     if directory.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[_middleware(SecurityHeaders)])
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
     app.state.hub = hub
     return app
 
@@ -102,8 +102,3 @@ def extra_routes() -> list[Route]:
         out += runs_api.routes()
     return out
 
-
-def _middleware(cls: type) -> object:
-    from starlette.middleware import Middleware
-
-    return Middleware(cls)

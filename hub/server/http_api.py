@@ -35,7 +35,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hub.core import AnswerSubmitted, CancelRequested, Request as HubRequest
+from hub.core import AnswerSubmitted, CancelRequested
+from hub.core import Request as HubRequest
 from hub.protocol import (
     MAX_WAIT_SECONDS,
     Ask,
@@ -136,9 +137,7 @@ async def principal(request: Request, *roles: Role, state_changing: bool = False
         raise Unauthorized("send 'Authorization: Bearer <token>' (a valid, unrevoked token)")
     if who.role not in roles:
         wanted = " or ".join(r.value for r in roles)
-        raise Denied(f"this call needs an {wanted} token, not an {who.role.value} token"
-                     if wanted[0] in "aeiou" else
-                     f"this call needs a {wanted} token, not a {who.role.value} token")
+        raise Denied(f"this call needs a token of role {wanted}, not {who.role.value}")
     return who
 
 

@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import math
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ class ChatCall:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def parse_chat(body: Any, who: Principal, wait_header: str | None) -> ChatCall:
@@ -203,8 +204,7 @@ def parse_chat(body: Any, who: Principal, wait_header: str | None) -> ChatCall:
     if not isinstance(model, str) or not model.strip():
         raise ParamError("'model' must name a human (their handle)", "model",
                          "missing_required_parameter")
-    handle = model.strip()
-    handle = handle[len("human/"):] if handle.startswith("human/") else handle
+    handle = model.strip().removeprefix("human/")
     if not handle or len(handle) > 200:
         raise ParamError("'model' must name a human (their handle)", "model")
     question, context = parse_messages(body.get("messages"))
@@ -330,7 +330,9 @@ def parse_messages(raw: Any) -> tuple[str, dict[str, Any]]:
 def _tool_call_view(call: Any) -> dict[str, Any]:
     if not isinstance(call, dict):
         return {}
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    fn = call.get("function")
+    if not isinstance(fn, dict):
+        fn = {}
     return {"id": call.get("id"), "type": "function",
             "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
 
@@ -625,7 +627,7 @@ async def get_model(request: Request) -> Response:
     if isinstance(who, Response):
         return who
     model = request.path_params["model"]
-    handle = model[len("human/"):] if model.startswith("human/") else model
+    handle = model.removeprefix("human/")
     if not await hub_of(request).known_human(who.tenant, handle):
         return oai_error(404, f"the model {model!r} does not exist", "model_not_found",
                          param="model")

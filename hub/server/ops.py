@@ -11,7 +11,7 @@ from hub.service import HubService
 async def healthz(request: Request) -> JSONResponse:
     hub: HubService = request.app.state.hub
     try:
-        ok = await hub.store.ping()  # type: ignore[attr-defined]
+        ok = await hub.store.ping()
     except Exception as exc:
         return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
     return JSONResponse({"ok": ok}, status_code=200 if ok else 503)

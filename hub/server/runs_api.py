@@ -287,7 +287,7 @@ async def on_end(session: Session, f: RunEnd) -> None:
 
 async def _end(session: Session, f: RunEnd) -> None:
     step = await _step(session, RunEnded(run_id=f.run_id, exec_id=f.exec, ok=f.ok,
-                                         error=f.error))
+                                         error=f.error, calls=f.calls))
     _reply(session, f.id, step)
 
 

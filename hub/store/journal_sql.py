@@ -27,6 +27,7 @@ from hub.journal import (
     Event,
     InterruptResolved,
     Run,
+    RunEnded,
     RunStarted,
     RunStatus,
     SettlementRequest,
@@ -147,6 +148,10 @@ def step_sync(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
     """Read, decide, write: one journal step inside the writer's transaction."""
     if isinstance(event, RunStarted):
         snap = Snapshot(load_run(conn, tenant, event.run_id), max_entries=max_entries)
+    elif isinstance(event, RunEnded):
+        length = conn.execute("SELECT count(*) FROM journal WHERE tenant=? AND run_id=?",
+                              (tenant, event.run_id)).fetchone()[0]
+        snap = Snapshot(load_run(conn, tenant, event.run_id), journal_length=int(length))
     else:
         run = load_run(conn, tenant, event.run_id)
         entry = None
@@ -178,11 +183,6 @@ def purge_runs_sync(conn: sqlite3.Connection, finished_before: float) -> int:
     cur = conn.execute("DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?",
                        (finished_before,))
     return int(cur.rowcount)
-
-
-def human_exists_sync(conn: sqlite3.Connection, tenant: str, handle: str) -> bool:
-    return conn.execute("SELECT 1 FROM humans WHERE tenant=? AND handle=?",
-                        (tenant, handle)).fetchone() is not None
 
 
 # ---------------------------------------------------------------------------- reads

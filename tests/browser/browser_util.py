@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import re
 import shutil
@@ -30,12 +31,28 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
 def chromium_executable() -> str | None:
-    """Debian's chromium (or $A2H_CHROMIUM), or None when it is not installed."""
-    for cand in (os.environ.get("A2H_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium",
-                 shutil.which("chromium-browser")):
+    """$A2H_CHROMIUM when set, else Debian's chromium; None when it is not installed."""
+    forced = os.environ.get("A2H_CHROMIUM")
+    candidates = [forced] if forced else [shutil.which("chromium"), "/usr/bin/chromium",
+                                          shutil.which("chromium-browser")]
+    for cand in candidates:
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
     return None
+
+
+def playwright_expect() -> Any:
+    """Playwright's ``expect``; without the package the module is skipped (failed in CI)."""
+    try:
+        from playwright.sync_api import expect
+    except ImportError:
+        import pytest
+
+        reason = "the playwright Python package is not installed (pip install playwright)"
+        if os.environ.get("CI", "").lower() == "true":
+            raise RuntimeError(f"browser tests must run in CI, but {reason}") from None
+        pytest.skip(reason, allow_module_level=True)
+    return expect
 
 
 def ms(seconds: float) -> float:
@@ -90,10 +107,10 @@ class SdkClient:
         return self.runner.run(self.hub.respond(op_id, value, status=status))
 
     def close(self) -> None:
-        try:
+        # Teardown: a hub that is already gone (killed by the test) is fine.
+        with contextlib.suppress(OSError, TimeoutError, concurrent.futures.TimeoutError,
+                                 ConnectionError):
             self.runner.run(self.hub.close(), timeout=10)
-        except Exception:
-            pass
 
 
 @dataclass

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
 from browser_util import (
     CHROMIUM_ARGS,
     AsyncRunner,

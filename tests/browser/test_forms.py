@@ -7,19 +7,18 @@ the structured answer back through the SDK.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 from typing import Any
 
 import httpx
 import pytest
-
-from browser_util import Human, SdkClient
+from browser_util import ARTIFACTS, Human, SdkClient, ms, playwright_expect
 from e2e_util import UNIT, HubProcess, create_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
-
-from playwright.sync_api import expect  # noqa: E402
+expect = playwright_expect()
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +141,87 @@ def test_tools_request_can_still_get_a_text_answer(
     item.get_by_role("button", name="Send").click()
     assert agent.wait(view["op_id"], wait=10).value == "no tool needed"
     expect(item).to_contain_text("Accepted")
+
+
+# ---------------------------------------------------------------------------- via the openai client
+
+
+def _openai_client(hub: HubProcess, token: str) -> Any:
+    openai = pytest.importorskip("openai")
+    r = httpx.get(f"{hub.url}/v1/models", headers={"authorization": f"Bearer {token}"},
+                  timeout=10 * UNIT)
+    if r.status_code == 404:
+        pytest.skip("this hub has no /v1 (OpenAI-compatible) endpoints")
+    return openai.OpenAI(base_url=f"{hub.url}/v1", api_key=token, timeout=60 * UNIT,
+                         max_retries=2)
+
+
+def test_chat_completion_with_a_schema_and_earlier_messages(
+        hub: HubProcess, agent_token: str, human: Human, context: Any) -> None:
+    client = _openai_client(hub, agent_token)
+    page = open_inbox(context, hub.url, human.token)
+    schema = {"type": "object", "properties": {
+        "verdict": {"type": "string", "enum": ["ship", "hold"]},
+        "confidence": {"type": "integer", "minimum": 0, "maximum": 10}},
+        "required": ["verdict", "confidence"], "additionalProperties": False}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(
+            client.chat.completions.create, model=human.handle,
+            messages=[{"role": "system", "content": "You review releases."},
+                      {"role": "user", "content": "Release 3.1 has *two* open bugs."},
+                      {"role": "assistant", "content": "Noted."},
+                      {"role": "user", "content": "Ship or hold release 3.1?"}],
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "review", "schema": schema,
+                                             "strict": True}})
+        item = page.get_by_role("article", name=re.compile("Ship or hold release 3.1"))
+        expect(item).to_be_visible(timeout=ms(15))
+        item.locator("details.context summary").click()
+        messages = item.locator("li.message")
+        expect(messages).to_have_count(3)
+        expect(messages.nth(1)).to_contain_text("two open bugs")
+        expect(messages.nth(1).locator("em")).to_have_text("two")
+        item.get_by_role("combobox", name="verdict").select_option(label="hold")
+        item.get_by_role("spinbutton", name="confidence").fill("8")
+        item.get_by_role("button", name="Send").click()
+        completion = fut.result(ms(30) / 1000)
+    assert completion.choices[0].finish_reason == "stop"
+    assert json.loads(completion.choices[0].message.content) == {"verdict": "hold",
+                                                                "confidence": 8}
+
+
+def test_chat_completion_answered_with_a_tool_call(
+        hub: HubProcess, agent_token: str, human: Human, context: Any) -> None:
+    client = _openai_client(hub, agent_token)
+    page = open_inbox(context, hub.url, human.token)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(client.chat.completions.create, model=human.handle,
+                          messages=[{"role": "user", "content": "Need a room for 3 people"}],
+                          tools=TOOLS, tool_choice="required")
+        item = page.get_by_role("article", name=re.compile("Need a room for 3 people"))
+        expect(item).to_be_visible(timeout=ms(15))
+        expect(item.get_by_role("group", name="Answer with a tool call")).to_be_visible()
+        expect(item.get_by_role("textbox", name="Answer")).to_have_count(0)  # a call is required
+        item.get_by_role("combobox", name="Tool").select_option(label="book_room")
+        item.get_by_role("combobox", name="room").select_option(label="Ada")
+        item.get_by_role("spinbutton", name="people").fill("3")
+        item.get_by_role("checkbox", name="video").check()
+        item.get_by_role("button", name="Call tool").click()
+        completion = fut.result(ms(30) / 1000)
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "book_room"
+    assert json.loads(call.function.arguments) == {"room": "Ada", "people": 3, "video": True}
+
+
+def test_screenshot_of_the_forms(hub: HubProcess, agent_token: str, human: Human,
+                                 context: Any) -> None:
+    create(hub, agent_token, {"to": human.handle, "question": "Fill in the release",
+                              "schema": SCHEMA, "expires_in": 300})
+    create(hub, agent_token, {"to": human.handle, "question": "What should I do next?",
+                              "tools": TOOLS, "expires_in": 600})
+    page = open_inbox(context, hub.url, human.token)
+    expect(page.get_by_role("article")).to_have_count(2)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inbox-forms.png"), full_page=True)

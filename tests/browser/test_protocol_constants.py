@@ -16,7 +16,7 @@ from hub import protocol
 
 PROTOCOL_JS = Path(__file__).resolve().parents[2] / "web" / "js" / "protocol.js"
 
-_BLOCK = re.compile(r"^export const (\w+) = Object\.freeze\(\{(.*?)\}\);", re.S | re.M)
+_BLOCK = re.compile(r"^export const (\w+) = Object\.freeze\(\{(.*?)\}\);", re.DOTALL | re.MULTILINE)
 _ENTRY = re.compile(r'^\s*([A-Z][A-Z0-9_]*):\s*("(?:[^"\\]|\\.)*"|-?\d+),?\s*(?://.*)?$')
 
 
@@ -51,14 +51,14 @@ def test_enum_mirrored(cls: type[enum.Enum]) -> None:
 
 
 def test_protocol_version() -> None:
-    m = re.search(r"^export const PROTOCOL_VERSION = (\d+);$", PROTOCOL_JS.read_text("utf-8"), re.M)
+    m = re.search(r"^export const PROTOCOL_VERSION = (\d+);$", PROTOCOL_JS.read_text("utf-8"), re.MULTILINE)
     assert m, "protocol.js has no PROTOCOL_VERSION"
     assert int(m.group(1)) == protocol.PROTOCOL_VERSION
 
 
 def test_terminal_statuses() -> None:
     text = PROTOCOL_JS.read_text("utf-8")
-    m = re.search(r"export const TERMINAL = Object\.freeze\(\[(.*?)\]\);", text, re.S)
+    m = re.search(r"export const TERMINAL = Object\.freeze\(\[(.*?)\]\);", text, re.DOTALL)
     assert m, "protocol.js has no TERMINAL"
     names = set(re.findall(r"Status\.([A-Z_]+)", m.group(1)))
     assert {protocol.Status[n] for n in names} == set(protocol.TERMINAL)
@@ -66,6 +66,6 @@ def test_terminal_statuses() -> None:
 
 def test_every_export_is_frozen() -> None:
     text = PROTOCOL_JS.read_text("utf-8")
-    exported = re.findall(r"^export const (\w+) = (.*)$", text, re.M)
+    exported = re.findall(r"^export const (\w+) = (.*)$", text, re.MULTILINE)
     for name, rhs in exported:
         assert rhs.startswith("Object.freeze(") or re.fullmatch(r"\d+;", rhs), name

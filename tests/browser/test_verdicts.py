@@ -13,13 +13,11 @@ import threading
 from typing import Any
 
 import pytest
-
-from browser_util import Human, SdkClient, ms
+from browser_util import Human, SdkClient, ms, playwright_expect
 from e2e_util import HubProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
-
-from playwright.sync_api import expect  # noqa: E402
+expect = playwright_expect()
 
 
 class Relay:
@@ -38,7 +36,8 @@ class Relay:
         server = ws.connect_to_server()
 
         def to_server(msg: str | bytes) -> None:
-            if self.hold_respond and isinstance(msg, str) and json.loads(msg).get("type") == "respond":
+            is_respond = isinstance(msg, str) and json.loads(msg).get("type") == "respond"
+            if self.hold_respond and is_respond:
                 with self.lock:
                     self.held.append((server, msg))
                 return

@@ -373,6 +373,8 @@ function toneOf(req) {
 
 function placeItem(item) {
   const list = $("list");
+  // Moving a node blurs whatever had focus inside it: put the focus back (half-typed answers).
+  const focused = item.el.contains(document.activeElement) ? document.activeElement : null;
   const before = [...app.items.values()]
     .filter((o) => o !== item && o.el.parentNode === list && compare(item.req, o.req) < 0)
     .sort((a, b) => compare(a.req, b.req))[0];
@@ -381,6 +383,7 @@ function placeItem(item) {
   } else if (item.el !== list.lastElementChild) {
     list.appendChild(item.el);
   }
+  if (focused && document.activeElement !== focused) focused.focus();
 }
 
 /** Show the verdict, take the controls away, and remove the item after a moment. */
@@ -540,7 +543,11 @@ function buildControls(item) {
   }
   const tools = normalizeTools(req.tools);
   if (tools.length) {
-    box.append(textForm(item), toolForm(item, tools));
+    // The agent may demand a tool call (OpenAI tool_choice "required"): then no free text.
+    const ctx = req.context && typeof req.context === "object" ? req.context : {};
+    const required = ctx.tool_choice === "required";
+    if (!required) box.append(textForm(item));
+    box.append(toolForm(item, tools, required));
     return box;
   }
   if (req.schema && typeof req.schema === "object") {
@@ -609,7 +616,7 @@ function schemaForm(item) {
   return form;
 }
 
-function toolForm(item, tools) {
+function toolForm(item, tools, only = false) {
   const sid = uid("tool");
   const select = h("select", { id: sid, name: "tool" });
   tools.forEach((t, i) => select.append(h("option", { value: String(i) }, t.name)));
@@ -631,7 +638,7 @@ function toolForm(item, tools) {
     h(
       "fieldset",
       {},
-      h("legend", {}, "Or answer with a tool call"),
+      h("legend", {}, only ? "Answer with a tool call" : "Or answer with a tool call"),
       h("div", { class: "field" }, h("label", { for: sid }, "Tool"), select),
       desc,
       args,

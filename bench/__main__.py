@@ -1,0 +1,188 @@
+"""``python -m bench``: run the suite, render its report, profile the hub.
+
+    .venv/bin/python -m bench run [--quick] [--scenario NAME ...] [--n N ...] [--publish]
+    .venv/bin/python -m bench report bench/results/RESULT.json [--publish]
+    .venv/bin/python -m bench profile [--n 1000] [--duration 20]
+
+``run`` writes ``bench/results/<timestamp>.json`` and ``bench/results/report.md`` with PNG
+plots next to it; ``--publish`` also writes ``docs/performance.md`` and ``docs/perf/*.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import _sys
+from bench._servers import ROOT
+from bench.scenarios import SCENARIOS, Plan, cycles_once, log, run_plan
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hub", "client_sdk"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def disk_probe(path: Path, n: int = 200) -> dict[str, Any]:
+    """fdatasync latency of 8 KiB appends on the results disk: how noisy the disk is today."""
+    f = path / ".fsync-probe"
+    fd = os.open(f, os.O_CREAT | os.O_RDWR | os.O_TRUNC)
+    times = []
+    try:
+        for _ in range(n):
+            os.write(fd, b"x" * 8192)
+            t = time.perf_counter_ns()
+            os.fdatasync(fd)
+            times.append(time.perf_counter_ns() - t)
+    finally:
+        os.close(fd)
+        f.unlink()
+    return _sys.percentiles(times, 1e-6)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = Plan.quick_plan() if args.quick else Plan.full()
+    if args.scenario:
+        plan.scenarios = args.scenario
+    if args.n:
+        plan.cycles_ns = args.n
+    if args.servers:
+        plan.servers = args.servers
+    if args.duration is not None:
+        plan.duration = args.duration
+    if args.repeats is not None:
+        plan.repeats = args.repeats
+    out_dir = Path(args.out) if args.out else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(t0))
+    log(f"suite: {'quick' if plan.quick else 'full'}; scenarios {plan.scenarios}; "
+        f"results in {out_dir}")
+    meta = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t0)),
+        "quick": plan.quick,
+        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "git": _git_commit(),
+        "machine": _sys.machine(),
+        "versions": _sys.versions(),
+        "disk_fdatasync_ms": disk_probe(out_dir),
+        "plan": plan.to_json(),
+    }
+    scenarios = run_plan(plan)
+    meta["seconds"] = round(time.time() - t0, 1)
+    from bench import report
+
+    doc = {"meta": meta, "scenarios": scenarios}
+    doc["targets"] = report.targets(doc)
+    doc["headline"] = report.headline(doc)
+    path = out_dir / f"{stamp}.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    log(f"wrote {path}")
+    md = report.render(doc, out_dir, plots=not args.no_plots)
+    log(f"wrote {md}")
+    if args.publish:
+        report.publish(doc, plots=not args.no_plots)
+    for t in doc["targets"]:
+        log(f"target {t['name']}: {t['measured']} ({t['target']}) -> {t['status']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bench import report
+
+    doc = orjson.loads(Path(args.results).read_bytes())
+    doc["targets"] = report.targets(doc)
+    doc["headline"] = report.headline(doc)
+    out_dir = Path(args.results).parent
+    print(report.render(doc, out_dir, plots=not args.no_plots))
+    if args.publish:
+        report.publish(doc, plots=not args.no_plots)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Run the cycles load against the hub and record it with py-spy during the window."""
+    import shutil
+
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        print("py-spy is not installed: .venv/bin/pip install py-spy", file=sys.stderr)
+        return 2
+    plan = Plan.full()
+    plan.duration = args.duration
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    outs = []
+
+    def attach(server: Any) -> None:
+        for fmt, name in (("raw", "profile.txt"), ("flamegraph", "profile.svg")):
+            if fmt == "flamegraph" and not args.svg:
+                continue
+            out = RESULTS / name
+            outs.append(out)
+            subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--duration",
+                              str(int(args.duration) - 1), "--rate", str(args.rate), "--threads",
+                              "--nonblocking",
+                              "--format", fmt, "-o", str(out)] + (["--idle"] if args.idle else []),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    r = cycles_once("hub", args.n, plan, on_window=attach)
+    time.sleep(2)
+    print(f"{r['cycles_per_s']:.0f} cycles/s; answer->agent {r['answer_to_agent_ms']}; "
+          f"server loop util {r['server_loop_util']}; clients {r['client_cpu_util']}")
+    from bench._collapse import summarize
+
+    if (RESULTS / "profile.txt").exists():
+        print(summarize(str(RESULTS / "profile.txt"), 40, "MainThread"))
+        print(summarize(str(RESULTS / "profile.txt"), 15, "writer"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the suite")
+    run.add_argument("--quick", action="store_true", help="the CI smoke run (< 2 minutes)")
+    run.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), help="only these")
+    run.add_argument("--n", nargs="+", type=int, help="agent counts for the cycles scenario")
+    run.add_argument("--servers", nargs="+", choices=["hub", "relay", "socketio"])
+    run.add_argument("--duration", type=float, help="measured seconds per cycles run")
+    run.add_argument("--repeats", type=int, help="repeat each cycles run (medians reported)")
+    run.add_argument("--out", help="results directory (default bench/results)")
+    run.add_argument("--publish", action="store_true",
+                     help="also write docs/performance.md and docs/perf/*.png")
+    run.add_argument("--no-plots", action="store_true")
+    run.set_defaults(fn=cmd_run)
+    rep = sub.add_parser("report", help="render the report of a results file")
+    rep.add_argument("results")
+    rep.add_argument("--publish", action="store_true")
+    rep.add_argument("--no-plots", action="store_true")
+    rep.set_defaults(fn=cmd_report)
+    prof = sub.add_parser("profile", help="py-spy the hub under the cycles load")
+    prof.add_argument("--n", type=int, default=1000)
+    prof.add_argument("--duration", type=float, default=20.0)
+    prof.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    prof.add_argument("--idle", action="store_true", help="include idle samples")
+    prof.add_argument("--svg", action="store_true", help="also write a flame graph")
+    prof.set_defaults(fn=cmd_profile)
+    args = ap.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

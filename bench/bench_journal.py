@@ -1,0 +1,131 @@
+"""Journal overhead: what ``run.call`` costs per call (issue 6).
+
+    .venv/bin/python -m bench.bench_journal [--runs 100] [--calls 100] [--think-ms 50]
+                                            [--sync full] [--out FILE]
+
+A real hub (``a2h serve`` on SQLite, ``--sync full`` by default, as users get it) in a
+subprocess; in this process, ``--runs`` durable runs at once, each on its own WebSocket
+(one agent process each, in effect), each calling a trivial function ``--calls`` times with
+a think time of about ``--think-ms`` between calls (uniform 0.5x..1.5x), as agents do.
+
+Every ``run.call`` is two round trips: ``run.call`` (the hub commits ``running`` before the
+function may start) and ``run.result`` (the hub commits ``done``). Measured per call, on
+the client, from before the first frame to after the second reply.
+
+Baseline, side by side on the same sockets and in the same iterations: two ``ping`` round
+trips (the WebSocket floor of two frames, no store). ``overhead_p50_ms`` is the difference
+of the medians: what the journal adds to two bare round trips.
+
+Prints one JSON object (and writes it to ``--out`` if given). The target of issue 6 is
+``journal_call_ms.p50 < 1`` with 100 concurrent runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from bench import _sys
+from bench._servers import Server
+
+WARMUP = 5
+
+
+def noop(i: int) -> dict[str, int]:
+    return {"i": i}
+
+
+async def one_run(url: str, token: str, idx: int, calls: int, think: float,
+                  journal: list[int], ping2: list[int], start: asyncio.Event) -> None:
+    from client_sdk import Hub
+
+    async with Hub(url, token=token) as hub:
+        await start.wait()
+        await asyncio.sleep(random.uniform(0, think))  # spread the runs' phases
+        async with hub.run(f"bench-{idx}-{time.monotonic_ns()}", conversation="bench",
+                           version="1") as run:
+            for i in range(calls + WARMUP):
+                t0 = time.perf_counter_ns()
+                await run.call(noop, i)
+                t1 = time.perf_counter_ns()
+                await hub.ping()
+                await hub.ping()
+                t2 = time.perf_counter_ns()
+                if i >= WARMUP:
+                    journal.append(t1 - t0)
+                    ping2.append(t2 - t1)
+                if think:
+                    await asyncio.sleep(think * random.uniform(0.5, 1.5))
+
+
+async def measure(url: str, token: str, runs: int, calls: int,
+                  think: float) -> dict[str, Any]:
+    journal: list[int] = []
+    ping2: list[int] = []
+    start = asyncio.Event()
+    tasks = [asyncio.create_task(one_run(url, token, i, calls, think, journal, ping2, start))
+             for i in range(runs)]
+    await asyncio.sleep(0.5)  # let every socket connect before the clock starts
+    t0 = time.perf_counter()
+    start.set()
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
+    j = _sys.percentiles(journal, 1e-6)
+    p = _sys.percentiles(ping2, 1e-6)
+    return {
+        "journal_call_ms": j,
+        "baseline_two_pings_ms": p,
+        "overhead_p50_ms": round(j["p50"] - p["p50"], 3) if j["count"] else None,
+        "calls_per_s": round(len(journal) / wall, 1),
+        "wall_s": round(wall, 2),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--calls", type=int, default=100, help="measured calls per run")
+    ap.add_argument("--think-ms", type=float, default=50.0)
+    ap.add_argument("--sync", default="full", choices=["full", "normal"])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    server = Server("hub", extra=["--sync", args.sync])
+    with server:
+        token = server.tokens(agents=["bench"])["agent:bench"]
+        cpu0 = server.cpu()
+        result = asyncio.run(measure(server.url, token, args.runs, args.calls,
+                                     args.think_ms / 1000))
+        cpu = server.cpu() - cpu0
+    result["hub_cpu_s"] = round(cpu, 2)
+    out = {
+        "bench": "journal",
+        "command": "python -m bench.bench_journal " + " ".join(sys.argv[1:]),
+        "runs": args.runs, "calls_per_run": args.calls, "think_ms": args.think_ms,
+        "sync": args.sync, "target_p50_ms": 1.0,
+        "meets_target": result["journal_call_ms"]["p50"] is not None
+        and result["journal_call_ms"]["p50"] < 1.0,
+        **result,
+        "machine": _sys.machine(),
+    }
+    text = orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
