@@ -137,18 +137,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
             subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--duration",
                               str(int(args.duration) - 1), "--rate", str(args.rate), "--threads",
                               "--nonblocking",
-                              "--format", fmt, "-o", str(out)] + (["--idle"] if args.idle else []),
+                              "--format", fmt, "-o", str(out)] + (["--idle"] if args.idle else [])
+                             + (["--gil"] if args.gil else []),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    r = cycles_once("hub", args.n, plan, on_window=attach)
+    r = cycles_once("hub", args.n, plan, on_window=attach, rate=args.rate_per_agent)
     time.sleep(2)
     print(f"{r['cycles_per_s']:.0f} cycles/s; answer->agent {r['answer_to_agent_ms']}; "
           f"server loop util {r['server_loop_util']}; clients {r['client_cpu_util']}")
     from bench._collapse import summarize
 
     if (RESULTS / "profile.txt").exists():
-        print(summarize(str(RESULTS / "profile.txt"), 40, "MainThread"))
-        print(summarize(str(RESULTS / "profile.txt"), 15, "writer"))
+        print(summarize(str(RESULTS / "profile.txt"), 40))
     return 0
 
 
@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     prof.add_argument("--idle", action="store_true", help="include idle samples")
     prof.add_argument("--svg", action="store_true", help="also write a flame graph")
+    prof.add_argument("--gil", action="store_true",
+                      help="only sample the thread holding the GIL (where Python CPU goes)")
+    prof.add_argument("--rate-per-agent", type=float, default=0.0,
+                      help="pace each agent (asks/s); 0: closed loop")
     prof.set_defaults(fn=cmd_profile)
     args = ap.parse_args(argv)
     return int(args.fn(args))

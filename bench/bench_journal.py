@@ -16,6 +16,10 @@ Baseline, side by side on the same sockets and in the same iterations: two ``pin
 trips (the WebSocket floor of two frames, no store). ``overhead_p50_ms`` is the difference
 of the medians: what the journal adds to two bare round trips.
 
+``--switch-interval S`` starts the hub with ``sys.setswitchinterval(S)`` (default: Python's
+5 ms): a diagnostic. The store's writer thread needs the GIL for every statement of a group
+commit; while the event loop is busy, each hand-over can wait up to the switch interval.
+
 Prints one JSON object (and writes it to ``--out`` if given). The target of issue 6 is
 ``journal_call_ms.p50 < 1`` with 100 concurrent runs.
 """
@@ -35,6 +39,23 @@ from bench import _sys
 from bench._servers import Server
 
 WARMUP = 5
+
+
+class _Hub(Server):
+    """The benchmarked hub, optionally with another GIL switch interval."""
+
+    def __init__(self, switch_interval: float | None, **kw: Any) -> None:
+        super().__init__("hub", **kw)
+        self.switch_interval = switch_interval
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        if self.switch_interval is None:
+            return cmd
+        assert cmd[1:3] == ["-m", "hub.cli"], cmd
+        boot = (f"import sys; sys.setswitchinterval({self.switch_interval!r}); "
+                "from hub.cli import main; sys.exit(main(sys.argv[1:]))")
+        return [cmd[0], "-c", boot, *cmd[3:]]
 
 
 def noop(i: int) -> dict[str, int]:
@@ -93,6 +114,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=100, help="measured calls per run")
     ap.add_argument("--think-ms", type=float, default=50.0)
     ap.add_argument("--sync", default="full", choices=["full", "normal"])
+    ap.add_argument("--switch-interval", type=float, default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     try:
@@ -101,7 +123,7 @@ def main() -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
-    server = Server("hub", extra=["--sync", args.sync])
+    server = _Hub(args.switch_interval, extra=["--sync", args.sync])
     with server:
         token = server.tokens(agents=["bench"])["agent:bench"]
         cpu0 = server.cpu()
@@ -113,7 +135,7 @@ def main() -> int:
         "bench": "journal",
         "command": "python -m bench.bench_journal " + " ".join(sys.argv[1:]),
         "runs": args.runs, "calls_per_run": args.calls, "think_ms": args.think_ms,
-        "sync": args.sync, "target_p50_ms": 1.0,
+        "sync": args.sync, "switch_interval_s": args.switch_interval, "target_p50_ms": 1.0,
         "meets_target": result["journal_call_ms"]["p50"] is not None
         and result["journal_call_ms"]["p50"] < 1.0,
         **result,

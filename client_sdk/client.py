@@ -77,6 +77,7 @@ class Hub(RunsMixin):
         self._fatal: A2HError | None = None
         self._reader: asyncio.Task[None] | None = None
         self.hello: dict[str, Any] = {}
+        self._restart_pause: float | None = None  # from a "reconnect" frame
         self.reconnects = 0
 
     # -- lifecycle
@@ -150,7 +151,8 @@ class Hub(RunsMixin):
             while True:
                 attempt += 1
                 delay = min(self._max_backoff, 0.05 * 2 ** min(attempt, 10))
-                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                pause, self._restart_pause = self._restart_pause, None
+                await asyncio.sleep(pause if pause is not None else delay * random.uniform(0.5, 1.5))
                 try:
                     await self._open()
                     self.reconnects += 1
@@ -200,6 +202,9 @@ class Hub(RunsMixin):
             for fut in self._watchers.get(req["op_id"], ()):
                 if not fut.done():
                     fut.set_result(req)
+        elif typ == T.RECONNECT:
+            lo, hi = frame.get("after_ms") or (250, 2000)
+            self._restart_pause = random.uniform(float(lo), float(hi)) / 1000.0
         elif typ in (T.INBOX_ADD, T.INBOX_REMOVE):
             for q in self._inbox_queues:
                 q.put_nowait(frame)

@@ -27,7 +27,6 @@ Exceptions of runs (all :class:`~client_sdk.errors.A2HError`)::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
@@ -50,9 +49,6 @@ from client_sdk.errors import (
 )
 from client_sdk.models import Answer, Item
 from hub.protocol import MAX_JOURNAL_VALUE_BYTES, MAX_WAIT_SECONDS, T
-
-if TYPE_CHECKING:
-    from client_sdk.client import Hub
 
 log = logging.getLogger("a2h.sdk.runs")
 
@@ -409,9 +405,9 @@ class RunsMixin:
             except _Disconnected:
                 try:
                     await self._ready(reconnect_timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise ConnectionLost("could not reconnect to the hub") from None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise RetryableError(f"the hub did not answer {frame['type']} within "
                                      f"{timeout:g} s") from None
 

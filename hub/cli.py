@@ -242,7 +242,18 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    hub = app.state.hub
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Graceful shutdown: stop accepting (uvicorn), tell every client to reconnect
+            # after a jittered pause, let those frames drain, then uvicorn closes the sockets
+            # with 1012 and waits for the tasks to finish.
+            hub.announce_restart()
+            await asyncio.sleep(0.05)
+            await super().shutdown(sockets)
+
+    server = Server(config)
 
     async def run() -> None:
         task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

@@ -103,6 +103,7 @@ class Request:
             "actor": self.actor,
             "created_at": self.created_at,
             "deadline": self.deadline,
+            "fixed_deadline": self.fixed_deadline,
             "resolved_at": self.resolved_at,
             "human_seconds": self.human_seconds,
         }
@@ -214,6 +215,13 @@ class InboxAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineMoved:
+    """An open-ended request lives longer: inboxes should show the new deadline."""
+
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
 class Resolved:
     """A request reached its terminal state: tell its waiters and remove it from inboxes."""
 
@@ -228,7 +236,7 @@ class AlarmSet:
     deadline: float
 
 
-Effect = Union[Replied, InboxAdded, Resolved, AlarmSet]
+Effect = Union[Replied, InboxAdded, DeadlineMoved, Resolved, AlarmSet]
 
 
 @dataclass(slots=True)
@@ -328,7 +336,7 @@ class RoomCore:
         req.deadline = wanted
         return Decision(
             ops=[Extend(req)],
-            after=[AlarmSet(req.tenant, req.conversation, req.op_id, wanted)],
+            after=[AlarmSet(req.tenant, req.conversation, req.op_id, wanted), DeadlineMoved(req)],
         )
 
     def _wait(self, op_id: OpId, wait: float, now: float) -> Decision:

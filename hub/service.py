@@ -21,6 +21,7 @@ from hub.core import (
     AnswerSubmitted,
     AskReceived,
     CancelRequested,
+    DeadlineMoved,
     DeadlineReached,
     Effect,
     Event,
@@ -138,6 +139,11 @@ class HubService:
                 {"type": T.INBOX_REMOVE, "op_id": req.op_id, "request": view}).decode())
             log.info("rid=%s op=%s room=%s:%s %s by %s", rid, req.op_id, req.tenant,
                      req.conversation, req.status.value, req.actor)
+        elif isinstance(eff, DeadlineMoved):
+            req = eff.request
+            # Same frame as a new item: inboxes treat a repeated inbox.add as an update.
+            self.gateway.publish(inbox_tag(req.tenant, req.to), orjson.dumps(
+                {"type": T.INBOX_ADD, "request": req.view()}).decode())
         elif isinstance(eff, AlarmSet):
             self.alarms.set(eff.tenant, eff.conversation, eff.op_id, eff.deadline)
 
@@ -307,6 +313,15 @@ class HubService:
                                        attached=r.attached))
 
         return fut, reply
+
+    def announce_restart(self, after_ms: tuple[int, int] = (250, 2000)) -> int:
+        """Tell every socket the hub is going away, and how long to wait (a random pause in
+        ``after_ms``) before reconnecting, so clients do not all come back at once."""
+        text = orjson.dumps({"type": T.RECONNECT, "after_ms": list(after_ms)}).decode()
+        n = 0
+        for conn in list(self.gateway.connections):
+            n += conn.push(text)
+        return n
 
     def statistics(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from client_sdk import AccessDenied, Hub
@@ -184,6 +185,8 @@ async def test_sigterm_tells_clients_to_reconnect(tmp_path: Path) -> None:
     ws = await connect(hp.ws_url, additional_headers={"Authorization": f"Bearer {agent}"})
     await ws.recv()  # hello
     assert hp.stop() in (0, -15)  # uvicorn re-raises the SIGTERM it handled
+    hint = orjson.loads(await asyncio.wait_for(ws.recv(), 10 * UNIT))
+    assert hint["type"] == "reconnect" and hint["after_ms"][0] < hint["after_ms"][1]
     with pytest.raises(ConnectionClosed) as info:
         await asyncio.wait_for(ws.recv(), 10 * UNIT)
     assert info.value.rcvd is not None and info.value.rcvd.code == 1012

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from client_sdk import Hub, Item
 from e2e_util import UNIT, HubProcess, create_token
 from runs_support.mock_api import MockAPI
+
+from client_sdk import Hub, Item
 
 pytestmark = pytest.mark.e2e
 

@@ -50,6 +50,7 @@ from hub.journal import (
 )
 from hub.protocol import (
     Ask,
+    Conversation,
     Denied,
     HubError,
     Kind,
@@ -69,8 +70,7 @@ from hub.protocol import (
 from hub.server import ws
 from hub.server.ws import Session
 from hub.service import HubService
-from hub.store import Role, StoreError
-from hub.store import journal_sql
+from hub.store import Role, StoreError, journal_sql
 
 log = logging.getLogger("a2h.runs")
 
@@ -224,7 +224,7 @@ async def _ask_settlement(session: Session, ask: AskSettlement) -> None:
         raise NotFound("no human to settle it: start the run with escalate_to=...")
     hub = session.hub
     req = Ask(id=0, op_id=OpId(entry.op_id), to=run.escalate_to,
-              question=settlement_question(run, entry), conversation=run.conversation,
+              question=settlement_question(run, entry), conversation=Conversation(run.conversation),
               kind=Kind.QUESTION, choices=SETTLEMENT_CHOICES,
               context=settlement_context(run, entry), wait=0.0, expires_in=SETTLEMENT_EXPIRY)
     done, reply = HubService.future_reply()
@@ -264,7 +264,7 @@ async def _interrupt(session: Session, f: RunInterrupt) -> None:
     run, entry = step.ask.run, step.ask.entry
     approval = f.choices is None
     ask = Ask(id=0, op_id=OpId(entry.op_id or ""), to=f.to,
-              question=interrupt_question(f.payload, approval), conversation=run.conversation,
+              question=interrupt_question(f.payload, approval), conversation=Conversation(run.conversation),
               kind=Kind.APPROVAL if approval else Kind.QUESTION, choices=f.choices,
               context=interrupt_context(run, entry, f.payload), wait=f.wait,
               expires_in=f.expires_in or DEFAULT_INTERRUPT_EXPIRY)

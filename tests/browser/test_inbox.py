@@ -420,7 +420,6 @@ CHAT_CONTEXT = {"messages": [
     {"role": "user", "content": "Prepare the **v2.4** release notes."},
     {"role": "assistant",
      "content": "Draft ready:\n\n- faster refunds\n- new `retry-after` header"},
-    {"role": "user", "content": "Which headline should we use?"},
 ]}
 
 
@@ -438,8 +437,9 @@ def _fill_inbox(agent: SdkClient, handle: str) -> None:
 
 
 def test_screenshots_of_every_kind_of_request(
-        hub: HubProcess, agent: SdkClient, human: Human, browser: Any, context: Any) -> None:
+        hub: HubProcess, agent: SdkClient, browser: Any, context: Any) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    human = Human("ada", create_token(hub.db, human="ada"), hub.db)  # a presentable name
     _fill_inbox(agent, human.handle)
 
     page = open_inbox(context, hub.url, human.token)

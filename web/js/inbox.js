@@ -16,6 +16,9 @@ const BRIEF_MS = 2000;
 const TITLE = "A2H Inbox";
 const HISTORY_LIMIT = 100;
 const TICK_MS = 250;
+/** A request this far past its deadline and not yet removed makes us re-read deadlines. */
+const OVERDUE_MS = 3000;
+const REFRESH_MS = 5000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -750,7 +753,32 @@ function renderCountdown(item) {
 }
 
 function tick() {
-  for (const item of app.items.values()) if (!item.resolved) renderCountdown(item);
+  let overdue = false;
+  const now = app.conn ? app.conn.hubNow() : Date.now();
+  for (const item of app.items.values()) {
+    if (item.resolved) continue;
+    renderCountdown(item);
+    if (typeof item.req.deadline === "number" && now > item.req.deadline * 1000 + OVERDUE_MS) overdue = true;
+  }
+  if (overdue) refreshDeadlines();
+}
+
+// An open-ended deadline moves when the agent waits again, and the hub pushes nothing for
+// that; the expiry of a request that really expired arrives as inbox.remove within moments.
+// So a request still here well past its deadline has probably been extended: re-read the
+// inbox (at most every few seconds) for the current deadlines. Only deadlines are taken and
+// missing requests added; removals stay the pushes' job (a snapshot may predate a push).
+async function refreshDeadlines() {
+  const t = Date.now();
+  if (!app.conn || app.conn.state !== State.OPEN || t - (app.lastRefresh || 0) < REFRESH_MS) return;
+  app.lastRefresh = t;
+  let reply;
+  try {
+    reply = await app.conn.request(T.INBOX, {});
+  } catch {
+    return;
+  }
+  for (const req of Array.isArray(reply.items) ? reply.items : []) onAdd(req, false);
 }
 
 // ============================================================================ notifications
