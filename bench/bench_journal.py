@@ -1,6 +1,6 @@
 """Journal overhead: what ``run.call`` costs per call (issue 6).
 
-    .venv/bin/python -m bench.bench_journal [--runs 100] [--calls 100] [--think-ms 50]
+    .venv/bin/python -m bench.bench_journal [--runs 100] [--calls 100] [--think-ms 100]
                                             [--sync full] [--out FILE]
 
 A real hub (``a2h serve`` on SQLite, ``--sync full`` by default, as users get it) in a
@@ -112,7 +112,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--calls", type=int, default=100, help="measured calls per run")
-    ap.add_argument("--think-ms", type=float, default=50.0)
+    ap.add_argument("--think-ms", type=float, default=100.0)
     ap.add_argument("--sync", default="full", choices=["full", "normal"])
     ap.add_argument("--switch-interval", type=float, default=None)
     ap.add_argument("--out", default=None)
@@ -127,10 +127,15 @@ def main() -> int:
     with server:
         token = server.tokens(agents=["bench"])["agent:bench"]
         cpu0 = server.cpu()
+        own0 = time.process_time()
         result = asyncio.run(measure(server.url, token, args.runs, args.calls,
                                      args.think_ms / 1000))
         cpu = server.cpu() - cpu0
+        own = time.process_time() - own0
     result["hub_cpu_s"] = round(cpu, 2)
+    result["client_cpu_s"] = round(own, 2)
+    with open("/proc/loadavg") as f:
+        result["loadavg_1min_after"] = float(f.read().split()[0])
     out = {
         "bench": "journal",
         "command": "python -m bench.bench_journal " + " ".join(sys.argv[1:]),

@@ -240,9 +240,11 @@ async def mode_cycles(cfg: dict[str, Any], ctl: Control) -> None:
             w.done = loop.create_future()
             for ag in agents:
                 ag.active = True
-            # Spread the first asks over ~50 ms so the start is not one burst.
+            # Spread the first asks so the start is not one burst: over ~50 ms in a closed
+            # loop, over one whole interval when paced (else every agent asks in phase).
+            spread = 1.0 / a["rate"] if a.get("rate") else 0.05
             for i, ag in enumerate(agents):
-                loop.call_later(0.05 * i / max(1, len(agents)), ag.ask)
+                loop.call_later(spread * i / max(1, len(agents)), ag.ask)
             if agents:
                 loop.create_task(_watch_done(w, len(agents), ctl))
         elif c == "finish":

@@ -42,6 +42,10 @@ class Plan:
     cycles_ns: list[int] = field(default_factory=lambda: [100, 200, 1000, 5000])
     servers: list[str] = field(default_factory=lambda: ["hub", "relay", "socketio"])
     humans: int = 4
+    #: Latency is measured a second time with every agent paced so that all of them together
+    #: offer this many asks/s (closed-loop latency is N / throughput by Little's law, so it
+    #: says little about the hub); 0 skips the paced runs.
+    paced_total: float = 2000.0
     warmup: float = 3.0
     duration: float = 10.0
     repeats: int = 1
@@ -86,7 +90,8 @@ class Plan:
 
     @classmethod
     def quick_plan(cls) -> Plan:
-        return cls(quick=True, cycles_ns=[50], warmup=0.5, duration=2.0, sio_client_ns=[],
+        return cls(quick=True, cycles_ns=[50], paced_total=500.0, warmup=0.5, duration=2.0,
+                   sio_client_ns=[],
                    quiet_wait=0.0, retry_disturbed=0, hub_variants=[],
                    idle_agents=300, idle_inbox=30, idle_procs=1, idle_settle=0.5,
                    idle_window=2.0, rooms_total=2_000, rooms_agents=50, room_idle=0.5,
@@ -299,6 +304,8 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
         "other_cpu_util": meter.other_util, "machine_load_before": load_before,
         "errors": errors,
         "rate_per_agent": rate,
+        "mode": "paced" if rate else "closed",
+        "offered_per_s": round(rate * n, 1) if rate else None,
     }
     if metrics:
         commits = metrics.get("a2h_store_commits_total", 0)
@@ -327,7 +334,7 @@ def _cycles_retrying(kind: str, n: int, plan: Plan, **kw: Any) -> dict[str, Any]
     for attempt in range(plan.retry_disturbed + 1):
         r = cycles_once(kind, n, plan, **kw)
         r["attempts"] = attempt + 1
-        if r["other_cpu_util"] < 0.3:
+        if r["other_cpu_util"] < 0.3 or attempt == plan.retry_disturbed:
             break
         log(f"  disturbed: other jobs used {r['other_cpu_util']} cores; running again")
     return r
@@ -347,56 +354,48 @@ def scenario_cycles(plan: Plan) -> dict[str, Any]:
         servers.remove("socketio")
         skipped.append("socketio: python-socketio is not installed (pip install -e '.[bench]')")
         log("cycles: " + skipped[-1])
+    configs: list[tuple[str, str, dict[str, Any]]] = [(k, k, {}) for k in servers]
+    if "hub" in servers:
+        configs += [("hub", label, {"extra": extra}) for label, extra in plan.hub_variants]
+    modes = [0.0] + ([plan.paced_total] if plan.paced_total else [])
+
+    def one(kind: str, label: str, n: int, total: float, rep: int, **kw: Any) -> None:
+        mode = f"paced {total:.0f}/s" if total else "closed loop"
+        log(f"cycles: {label} N={n} {mode} (repeat {rep + 1}/{plan.repeats})")
+        try:
+            r = _cycles_retrying(kind, n, plan, rate=total / n if total else 0.0, label=label,
+                                 **kw)
+        except Exception as exc:  # noqa: BLE001 - one failed run must not sink the suite
+            log(f"cycles: {label} N={n} failed: {exc!r}")
+            runs.append({"server": kind, "label": label, "n": n, "rep": rep,
+                         "mode": "paced" if total else "closed", "error": repr(exc)})
+            return
+        r["rep"] = rep
+        runs.append(r)
+        log(f"  {r['cycles_per_s']:.0f} cycles/s, answer->agent p50/p99 "
+            f"{r['answer_to_agent_ms']['p50']}/{r['answer_to_agent_ms']['p99']} ms, "
+            f"server loop {r['server_loop_util']:.2f}, clients {r['client_cpu_util']}, "
+            f"other {r['other_cpu_util']}")
+
     for rep in range(plan.repeats):
         for n in plan.cycles_ns:
-            for kind in servers:
-                log(f"cycles: {kind} N={n} (repeat {rep + 1}/{plan.repeats})")
-                try:
-                    r = _cycles_retrying(kind, n, plan)
-                except Exception as exc:  # noqa: BLE001 - one failed run must not sink the suite
-                    log(f"cycles: {kind} N={n} failed: {exc!r}")
-                    runs.append({"server": kind, "label": kind, "n": n, "rep": rep,
-                                 "error": repr(exc)})
-                    continue
-                r["rep"] = rep
-                runs.append(r)
-                log(f"  {r['cycles_per_s']:.0f} cycles/s, answer->agent p99 "
-                    f"{r['answer_to_agent_ms']['p99']} ms, server loop {r['server_loop_util']:.2f}, "
-                    f"clients {r['client_cpu_util']}")
-            if "hub" in plan.servers:
-                for label, extra in plan.hub_variants:
-                    log(f"cycles: {label} N={n}")
-                    try:
-                        r = _cycles_retrying("hub", n, plan, extra=extra, label=label)
-                    except Exception as exc:  # noqa: BLE001
-                        log(f"cycles: {label} N={n} failed: {exc!r}")
-                        continue
-                    r["rep"] = rep
-                    runs.append(r)
-                    log(f"  {r['cycles_per_s']:.0f} cycles/s, answer->agent p99 "
-                        f"{r['answer_to_agent_ms']['p99']} ms")
+            for total in modes:
+                for kind, label, kw in configs:
+                    one(kind, label, n, total, rep, **kw)
             if "socketio" in servers and n in plan.sio_client_ns and _has("aiohttp"):
-                log(f"cycles: socketio N={n} with python-socketio AsyncClient")
-                try:
-                    r = _cycles_retrying("socketio", n, plan, dialect="sio-client",
-                                         label="socketio (AsyncClient)")
-                    r["rep"] = rep
-                    runs.append(r)
-                    log(f"  {r['cycles_per_s']:.0f} cycles/s, clients {r['client_cpu_util']}")
-                except Exception as exc:  # noqa: BLE001
-                    log(f"cycles: socketio AsyncClient failed: {exc!r}")
+                one("socketio", "socketio (AsyncClient)", n, 0.0, rep, dialect="sio-client")
     return {"runs": runs, "summary": summarize_cycles(runs), "skipped": skipped}
 
 
 def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (label, N): the median over repeats of cycles/s and of each percentile."""
+    """summary[label][mode][N]: the median over repeats of cycles/s and of each percentile."""
     out: dict[str, Any] = {}
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in runs:
         if "error" in r:
             continue
-        groups.setdefault((r["label"], r["n"]), []).append(r)
-    for (label, n), rs in sorted(groups.items()):
+        groups.setdefault((r["label"], r.get("mode", "closed"), r["n"]), []).append(r)
+    for (label, mode, n), rs in sorted(groups.items()):
         def med(path: tuple[str, ...]) -> float | None:
             vals = []
             for r in rs:
@@ -407,8 +406,9 @@ def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     vals.append(float(v))
             return _sys.median(vals)
 
-        out.setdefault(label, {})[str(n)] = {
+        out.setdefault(label, {}).setdefault(mode, {})[str(n)] = {
             "repeats": len(rs),
+            "offered_per_s": med(("offered_per_s",)),
             "cycles_per_s": med(("cycles_per_s",)),
             "answer_to_agent_p50_ms": med(("answer_to_agent_ms", "p50")),
             "answer_to_agent_p99_ms": med(("answer_to_agent_ms", "p99")),
@@ -416,6 +416,7 @@ def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "ask_to_inbox_p99_ms": med(("ask_to_inbox_ms", "p99")),
             "server_cpu_us_per_cycle": med(("server_cpu_us_per_cycle",)),
             "server_loop_util": med(("server_loop_util",)),
+            "other_cpu_util": med(("other_cpu_util",)),
         }
     return out
 

@@ -33,6 +33,7 @@ _HELP = {
     "retention": "seconds resolved requests are kept", "alarm_sweep":
     "seconds between sweeps for overdue deadlines", "session_ttl": "browser session seconds",
     "heartbeat": "WebSocket ping interval, seconds (0: off)",
+    "sse_keepalive": "seconds between keep-alive comments on streamed chat completions",
     "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
     "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
     "log_level": "debug, info, warning or error",

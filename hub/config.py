@@ -27,6 +27,8 @@ class Settings:
     retention: float = 24 * 3600.0
     #: Seconds between sweeps of the store for overdue deadlines.
     alarm_sweep: float = 1.0
+    #: Seconds between SSE keep-alive comments on a streaming chat completion.
+    sse_keepalive: float = 15.0
     #: Seconds a browser session lasts.
     session_ttl: float = 7 * 24 * 3600.0
     #: WebSocket ping interval, seconds (0 disables).

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,20 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         funcargs = pyfuncitem.funcargs
         args = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
         timeout = float(os.environ.get("A2H_TEST_TIMEOUT", "120"))
-        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), timeout))
+        # A worker thread: the browser tests' sync Playwright keeps an event loop running in
+        # the main thread, where asyncio.run() refuses to start another.
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), timeout))
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run, name=f"test {pyfuncitem.name}")
+        worker.start()
+        worker.join()
+        if errors:
+            raise errors[0]
         return True
     return None

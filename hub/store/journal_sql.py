@@ -19,13 +19,11 @@ from typing import Any
 import orjson
 
 from hub.journal import (
-    CallFinished,
     CallReached,
     Entry,
     EntryKind,
     EntryStatus,
     Event,
-    InterruptResolved,
     Run,
     RunEnded,
     RunStarted,
@@ -91,6 +89,24 @@ def load_entry(conn: sqlite3.Connection, tenant: str, run_id: str,
     return row_to_entry(row) if row else None
 
 
+_RUN_AND_ENTRY = (
+    "SELECT " + ", ".join("r." + c.strip() for c in RUN_COLUMNS.split(",")) + ", "
+    + ", ".join("j." + c.strip() for c in ENTRY_COLUMNS.split(","))
+    + " FROM runs r LEFT JOIN journal j ON j.tenant=r.tenant AND j.run_id=r.run_id "
+    "AND j.position=? WHERE r.tenant=? AND r.run_id=?")
+
+
+def load_run_and_entry(conn: sqlite3.Connection, tenant: str, run_id: str,
+                       position: int) -> tuple[Run | None, Entry | None]:
+    """Both in one statement: each statement of the writer is one hand-over of the GIL
+    between the writer thread and the event loop, so fewer is faster under load."""
+    row = conn.execute(_RUN_AND_ENTRY, (position, tenant, run_id)).fetchone()
+    if row is None:
+        return None, None
+    run = row_to_run(row[:13])
+    return run, (row_to_entry(row[13:]) if row[13] is not None else None)
+
+
 def _has_later(conn: sqlite3.Connection, tenant: str, run_id: str, position: int) -> bool:
     return conn.execute(
         "SELECT 1 FROM journal WHERE tenant=? AND run_id=? AND position>? LIMIT 1",
@@ -153,13 +169,11 @@ def step_sync(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
                               (tenant, event.run_id)).fetchone()[0]
         snap = Snapshot(load_run(conn, tenant, event.run_id), journal_length=int(length))
     else:
-        run = load_run(conn, tenant, event.run_id)
-        entry = None
+        run, entry = load_run_and_entry(conn, tenant, event.run_id, event.position)
         later = False
         settlement = None
         fallback = None
-        if run is not None and isinstance(event, (CallReached, CallFinished, InterruptResolved)):
-            entry = load_entry(conn, tenant, event.run_id, event.position)
+        if run is not None:
             if isinstance(event, CallReached):
                 if entry is not None and entry.status is EntryStatus.FAILED:
                     later = _has_later(conn, tenant, event.run_id, event.position)
