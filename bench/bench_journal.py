@@ -18,7 +18,8 @@ of the medians: what the journal adds to two bare round trips.
 
 ``--switch-interval S`` starts the hub with ``sys.setswitchinterval(S)`` (default: Python's
 5 ms): a diagnostic. The store's writer thread needs the GIL for every statement of a group
-commit; while the event loop is busy, each hand-over can wait up to the switch interval.
+commit; while the event loop is busy, each hand-over can wait up to the switch interval. (On
+the development machine it helped only when the machine was overloaded, load > 5.)
 
 Prints one JSON object (and writes it to ``--out`` if given). The target of issue 6 is
 ``journal_call_ms.p50 < 1`` with 100 concurrent runs.

@@ -90,9 +90,14 @@ class ConnectionLost(RetryableError):
 
 
 class UnknownOutcome(A2HError):
-    """A journaled call may or may not have happened; a human must settle it."""
+    """A journaled call may or may not have happened; a human must settle it.
+
+    ``op_id`` names the inbox item that asks them; ``call_id`` the call in question.
+    """
 
     code = "unknown_outcome"
+    op_id: str | None = None
+    call_id: str | None = None
 
 
 _BY_CODE: dict[str, type[A2HError]] = {

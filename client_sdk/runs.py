@@ -354,8 +354,8 @@ def _outcome_error(reply: dict[str, Any], cid: str) -> A2HError:
     message = str(reply.get("message") or outcome)
     if outcome == "unknown":
         exc = UnknownOutcome(message)
-        exc.op_id = reply.get("op_id")  # type: ignore[attr-defined]
-        exc.call_id = cid  # type: ignore[attr-defined]
+        exc.op_id = reply.get("op_id")
+        exc.call_id = cid
         return exc
     if outcome == "diverged":
         return ReplayDivergence(message, journal=reply.get("journal"),
@@ -469,8 +469,9 @@ class RunsMixin:
         return [RunInfo.from_view(v) for v in reply["runs"]]
 
     async def pending(self) -> list[Item]:
-        """Open requests: for an agent, those it sent plus every open interrupt and
-        unknown-outcome item of its tenant's runs; for a human, the inbox. Read from the
-        store, so it holds across restarts of the hub and of the agent."""
+        """Open requests (agent tokens): those this agent sent, plus every open interrupt
+        and unknown-outcome item of its tenant's runs. Read from the store, so it holds
+        across restarts of the hub and of the agent. (A human lists theirs with
+        :meth:`~client_sdk.Hub.inbox`.)"""
         reply = await self._request({"type": T.RUN_PENDING})
         return [Item.from_view(v) for v in reply["items"]]

@@ -251,7 +251,7 @@ class T(enum.StrEnum):
     INBOX_ADD = "inbox.add"
     INBOX_REMOVE = "inbox.remove"
     RECONNECT = "reconnect"
-    # runs (issue 6): agent -> hub, except run.list / run.pending (any token)
+    # runs (issue 6): agent -> hub
     RUN_BEGIN = "run.begin"
     RUN_CALL = "run.call"
     RUN_RESULT = "run.result"
@@ -429,9 +429,9 @@ _PARSERS: dict[str, Any] = {
 
 
 # ---------------------------------------------------------------------------- runs (issue 6)
-# Durable runs and their journal (docs/runs.md, hub/journal.py). Frames sent by agent tokens,
-# except run.list and run.pending (any token). The hub answers each with an ``ok`` frame
-# carrying an ``outcome`` (hub.journal.Outcome), or an ``error`` frame.
+# Durable runs and their journal (docs/runs.md, hub/journal.py). Frames sent by agent tokens
+# only. The hub answers each with an ``ok`` frame carrying an ``outcome``
+# (hub.journal.Outcome), or an ``error`` frame.
 
 #: The largest JSON value (a call's result, an interrupt's payload) a run frame may carry:
 #: the frame limit with room for the other fields.

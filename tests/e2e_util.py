@@ -6,6 +6,8 @@ start it again on the same store.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import re
 import signal
@@ -13,10 +15,27 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: One scalable time unit for tests over real sockets (A2H_TEST_UNIT=2 doubles every timeout).
 UNIT = float(os.environ.get("A2H_TEST_UNIT", "1"))
+
+async def until(cond: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Poll a real condition (never a sleep standing in for one), bounded by
+    ``timeout`` × UNIT seconds. ``cond`` may return an awaitable."""
+    end = time.monotonic() + timeout * UNIT
+    while True:
+        res = cond()
+        if inspect.isawaitable(res):
+            res = await res
+        if res:
+            return
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
 
 _SERVING = re.compile(r"a2h: serving on (http://\S+)")
 

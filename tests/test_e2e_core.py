@@ -13,24 +13,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from e2e_util import UNIT, HubProcess, a2h, create_token, until
 
 from client_sdk import AccessDenied, Hub
-from e2e_util import UNIT, HubProcess, a2h, create_token
 
 pytestmark = pytest.mark.e2e
-
-
-async def until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout * UNIT
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def rows(db: Path) -> list[tuple[str, str]]:

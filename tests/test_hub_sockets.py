@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+from e2e_util import until
+from inproc import Running, serve
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -19,22 +21,6 @@ from client_sdk import AccessDenied, AlreadyResolved, Conflict, Hub, Overloaded,
 from hub.clock import FakeClock
 from hub.rooms import Room
 from hub.store.sqlite import SQLiteStore
-from inproc import Running, serve
-
-
-async def until(cond: Any, timeout: float = 5.0) -> None:
-    """Poll a real condition (not a sleep standing in for one), bounded."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class Raw:

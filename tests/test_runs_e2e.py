@@ -24,7 +24,7 @@ import pytest
 from e2e_util import UNIT, HubProcess, create_token
 from runs_support.mock_api import MockAPI
 
-from client_sdk import Hub, Item
+from client_sdk import AccessDenied, Hub, Item, NotFound
 
 pytestmark = pytest.mark.e2e
 
@@ -37,13 +37,15 @@ class Env:
     hub: HubProcess
     agent_token: str
     human_token: str
+    other_tenant_agent: str
 
 
 def _env(tmp: Path) -> Env:
     db = tmp / "runs.db"
     agent = create_token(db, agent="bot")
     human = create_token(db, human="takeru")
-    return Env(db, HubProcess(db), agent, human)
+    other = create_token(db, agent="bot", tenant="other")
+    return Env(db, HubProcess(db), agent, human, other)
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +306,61 @@ async def test_rejected_approval(env: Env, api: MockAPI, agents: list[Agent]) ->
     assert api.seen("post_comment") == 0
     async with Hub(env.hub.url, token=env.agent_token) as hub:
         assert await run_status(hub, "run-h") == "failed"
+
+
+async def test_run_frames_need_an_agent_token_and_stay_in_its_tenant(env: Env) -> None:
+    base = {"run_id": "tenant-run", "exec": "x", "position": 0}
+    frames = [
+        {"type": "run.begin", "run_id": "tenant-run", "conversation": "c", "version": "1"},
+        {"type": "run.call", **base, "name": "f", "args_hash": "h"},
+        {"type": "run.result", **base, "ok": True, "result": 1},
+        {"type": "run.interrupt", **base, "payload": "ok?", "to": "takeru"},
+        {"type": "run.end", "run_id": "tenant-run", "exec": "x", "ok": True},
+        {"type": "run.list"},
+        {"type": "run.pending"},
+    ]
+    async with Hub(env.hub.url, token=env.human_token) as human:
+        for frame in frames:
+            with pytest.raises(AccessDenied):
+                await human._request(dict(frame))
+    async with Hub(env.hub.url, token=env.agent_token) as a, \
+            Hub(env.hub.url, token=env.other_tenant_agent) as b:
+        began = await a._request(dict(frames[0]))
+        mine = {**base, "exec": began["exec"]}
+        call = await a._request({"type": "run.call", **mine, "name": "f", "args_hash": "h"})
+        assert call["outcome"] == "run"
+        # Tenant "other" cannot see or touch it, even knowing its run id and exec id.
+        for frame in frames[1:5]:
+            with pytest.raises(NotFound):
+                await b._request({**frame, **({"exec": began["exec"]} if "exec" in frame
+                                              else {})})
+        assert "tenant-run" not in {r.run_id for r in await b.runs()}
+        with pytest.raises(NotFound):  # takeru is a human of the default tenant only
+            await b._request({**frames[0], "escalate_to": "takeru"})
+        # The same run id in "other" is another run with its own journal.
+        theirs = await b._request(dict(frames[0]))
+        assert theirs["run"]["agent"] == "agent:bot" and theirs["exec"] != began["exec"]
+        assert (await b._request({"type": "run.call", **base, "exec": theirs["exec"],
+                                  "name": "g", "args_hash": "h2"}))["outcome"] == "run"
+        [run] = [r for r in await a.runs() if r.run_id == "tenant-run"]
+        assert run.calls == 1 and run.status == "active"
+
+
+async def test_finished_runs_are_cleaned_up_after_the_retention_window(tmp_path: Path) -> None:
+    db = tmp_path / "retention.db"
+    token = create_token(db, agent="bot")
+    with HubProcess(db, "--retention", "0.5") as hub:
+        async with Hub(hub.url, token=token) as a:
+            async with a.run("short-lived", conversation="c", version="1") as run:
+                await run.call(len, "abc")
+            async with a.run("still-open", conversation="c", version="1") as run:
+                await run.call(len, "abcd")
+                # Any run.begin purges runs finished over the retention window ago.
+                async def purged() -> bool:
+                    async with a.run(f"tick-{time.monotonic_ns()}", conversation="c",
+                                     version="1"):
+                        pass
+                    return "short-lived" not in {r.run_id for r in await a.runs()}
+
+                await until(purged)
+                assert "still-open" in {r.run_id for r in await a.runs(status="active")}

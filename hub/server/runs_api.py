@@ -1,7 +1,8 @@
 """WebSocket frames for durable runs (issue 6): the shell around ``hub.journal``.
 
 Importing this module registers its frame handlers in ``hub.server.ws.EXTENSIONS``
-(``hub.server.app.extra_routes`` imports it when it exists).
+(``hub.server.app.extra_routes`` imports it when it exists). Every run frame needs an
+agent token; the tenant comes from the token (invariant 9).
 
 Each handler checks the role, then hands the frame to a task so that one socket can have
 many run frames in flight (a journal step waits for a group commit; an interrupt waits
@@ -194,7 +195,11 @@ async def _maybe_purge(hub: HubService) -> None:
     if now - _last_purge.get(store, 0.0) < max(0.2, min(60.0, retention / 4)):
         return
     _last_purge[store] = now
-    n = await store.write(lambda c: journal_sql.purge_runs_sync(c, now - retention))
+    try:  # after the reply: a failure here is the next purge's business, not the caller's
+        n = await store.write(lambda c: journal_sql.purge_runs_sync(c, now - retention))
+    except Exception:
+        log.exception("purging finished runs failed")
+        return
     if n:
         log.info("purged %d finished runs", n)
 
@@ -292,6 +297,7 @@ async def _end(session: Session, f: RunEnd) -> None:
 
 
 async def on_list(session: Session, f: RunList) -> None:
+    _require_agent(session, "run.list")
     _spawn(session, f.id, _list(session, f))
 
 
@@ -302,15 +308,13 @@ async def _list(session: Session, f: RunList) -> None:
 
 
 async def on_pending(session: Session, f: RunPending) -> None:
+    _require_agent(session, "run.pending")
     _spawn(session, f.id, _pending(session, f))
 
 
 async def _pending(session: Session, f: RunPending) -> None:
     who = session.who
-    if who.role is Role.HUMAN:
-        items = await session.hub.inbox(who)
-    else:
-        items = await journal_sql.pending(_store(session.hub), who.tenant, who.label)
+    items = await journal_sql.pending(_store(session.hub), who.tenant, who.label)
     session.send({"type": T.OK, "id": f.id, "items": [r.view() for r in items]})
 
 

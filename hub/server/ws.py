@@ -108,14 +108,15 @@ class Session:
         return reply
 
     async def handle(self, data: str) -> None:
-        if not self.allow():
-            self.send_error(RateLimited(f"more than {self.hub.settings.rate:g} messages per "
-                                        "second on this connection; slow down"), None)
-            return
+        allowed = self.allow()
         try:
             frame = decode_client_frame(data, self.hub.settings.max_frame)
         except FrameError as exc:
             self.send_error(exc, exc.frame_id)
+            return
+        if not allowed:  # decoded anyway (cheap) so the error names the frame's id
+            self.send_error(RateLimited(f"more than {self.hub.settings.rate:g} messages per "
+                                        "second on this connection; slow down"), frame.id)
             return
         ext = EXTENSIONS.get(type(frame))
         if ext is not None:

@@ -448,9 +448,14 @@ class SQLiteStore:
         return [Due(*r) for r in rows]
 
     async def purge(self, resolved_before: float) -> int:
+        """Delete what ended before ``resolved_before``: resolved requests, finished runs
+        (with their journals), expired sessions. Pending requests and live runs stay."""
+        from hub.store.journal_sql import purge_runs_sync  # runs live beside requests
+
         def write(c: sqlite3.Connection) -> int:
             n = c.execute("DELETE FROM requests WHERE status!='pending' AND resolved_at < ?",
                           (resolved_before,)).rowcount
+            n += purge_runs_sync(c, resolved_before)
             c.execute("DELETE FROM sessions WHERE expires_at < ?", (resolved_before,))
             return int(n)
 
