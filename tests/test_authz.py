@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from inproc import Running, serve
+from test_hub_sockets import Raw
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from client_sdk import new_op_id
 from hub.protocol import Ask, OpId
 from hub.store import Principal, Role
-from inproc import Running, serve
-from test_hub_sockets import Raw
 
 ALLOW, DENY = "allow", "deny"
 
@@ -246,9 +246,9 @@ def test_authorization_table(table_results: dict[tuple[str, ...], str], surface:
 
 
 def test_table_covers_every_message_type_and_endpoint() -> None:
+    from hub.config import Settings
     from hub.protocol import _PARSERS
     from hub.server import create_app
-    from hub.config import Settings
 
     ws_actions = {a for s, a, *_ in TABLE if s == "ws"}
     client_types = set(_PARSERS)

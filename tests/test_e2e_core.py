@@ -65,12 +65,12 @@ async def test_revoking_a_token_closes_its_sockets(tmp_path: Path) -> None:
     with HubProcess(db) as hp:
         async with Hub(hp.url, agent) as hub:
             await hub.ping()
-            t0 = time.monotonic()
             a2h("token", "revoke", agent, db=db)  # the CLI, straight on the database file
+            t0 = time.monotonic()
             with pytest.raises(AccessDenied):
                 await until(lambda: hub._fatal is not None, timeout=5)
                 await hub.ping()
-            assert time.monotonic() - t0 < 2.5 * UNIT
+            assert time.monotonic() - t0 < 1.0 * UNIT  # closed within a second
 
 
 async def test_a2h_ask_from_a_shell(tmp_path: Path) -> None:
@@ -177,3 +177,23 @@ async def test_sigterm_tells_clients_to_reconnect(tmp_path: Path) -> None:
     with pytest.raises(ConnectionClosed) as info:
         await asyncio.wait_for(ws.recv(), 10 * UNIT)
     assert info.value.rcvd is not None and info.value.rcvd.code == 1012
+
+
+def test_every_serve_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import fields
+
+    from hub.cli import build_parser, settings_from_args
+    from hub.config import Settings
+
+    monkeypatch.setenv("A2H_ROOM_IDLE", "5")
+    monkeypatch.setenv("A2H_ALLOWED_ORIGINS", "https://a.example,https://b.example")
+    args = build_parser().parse_args(["serve", "--port", "9001"])
+    s = settings_from_args(args)
+    assert (s.room_idle, s.port) == (5.0, 9001)
+    assert s.allowed_origins == ["https://a.example", "https://b.example"]
+    monkeypatch.setenv("A2H_PORT", "9002")
+    assert settings_from_args(build_parser().parse_args(["serve", "--port", "9001"])).port == 9001
+    help_text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    for f in fields(Settings):
+        assert "--" + f.name.replace("_", "-") in help_text
+        assert "A2H_" + f.name.upper() in help_text

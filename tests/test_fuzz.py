@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from e2e_util import HubProcess, create_token
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from client_sdk import Hub
-from e2e_util import HubProcess, create_token
 from hub.protocol import T
 
 pytestmark = pytest.mark.e2e

@@ -8,12 +8,12 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from inproc import Running, serve
+from test_hub_sockets import Raw, until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from client_sdk import Hub, LimitExceeded
-from inproc import Running, serve
-from test_hub_sockets import Raw, ask_frame, until
 
 
 async def login(run: Running, token: str) -> str:
