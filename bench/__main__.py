@@ -134,12 +134,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 continue
             out = RESULTS / name
             outs.append(out)
-            subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--duration",
-                              str(int(args.duration) - 1), "--rate", str(args.rate), "--threads",
-                              "--nonblocking",
-                              "--format", fmt, "-o", str(out)] + (["--idle"] if args.idle else [])
-                             + (["--gil"] if args.gil else []),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cmd = [py_spy, "record", "--pid", str(server.pid), "--duration",
+                   str(int(args.duration) - 1), "--rate", str(args.rate), "--threads",
+                   "--format", fmt, "-o", str(out)]
+            if args.idle:
+                cmd.append("--idle")
+            if args.gil:
+                cmd.append("--gil")
+            # --native cannot sample without pausing the process; otherwise do not pause it.
+            cmd.append("--native" if args.native else "--nonblocking")
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     r = cycles_once("hub", args.n, plan, on_window=attach, rate=args.rate_per_agent)
     time.sleep(2)
@@ -181,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--svg", action="store_true", help="also write a flame graph")
     prof.add_argument("--gil", action="store_true",
                       help="only sample the thread holding the GIL (where Python CPU goes)")
+    prof.add_argument("--native", action="store_true",
+                      help="include C frames (shows the cyclic GC, syscalls)")
     prof.add_argument("--rate-per-agent", type=float, default=0.0,
                       help="pace each agent (asks/s); 0: closed loop")
     prof.set_defaults(fn=cmd_profile)

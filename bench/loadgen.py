@@ -117,10 +117,10 @@ class Window:
 
 class Agent:
     __slots__ = ("w", "idx", "conn", "human", "conv", "new_conv", "prefix", "seq", "op", "t_ask",
-                 "interval", "active", "n")
+                 "interval", "active", "n", "wait")
 
     def __init__(self, w: Window, idx: int, human: str, prefix: str, new_conv: bool,
-                 rate: float) -> None:
+                 rate: float, wait: float = 60.0) -> None:
         self.w = w
         self.idx = idx
         self.conn: Any = None
@@ -134,6 +134,7 @@ class Agent:
         self.interval = int(1e9 / rate) if rate > 0 else 0
         self.active = False
         self.n = 0
+        self.wait = wait
 
     def ask(self) -> None:
         w = self.w
@@ -149,7 +150,7 @@ class Agent:
         conv = f"{self.prefix}r{self.idx}-{self.seq}" if self.new_conv else self.conv
         w.asks += 1
         self.conn.send({"type": "ask", "id": self.seq, "op_id": op, "to": self.human,
-                        "question": QUESTION, "conversation": conv, "wait": 60,
+                        "question": QUESTION, "conversation": conv, "wait": self.wait,
                         "context": {"t": t}})
 
     def _finish(self) -> None:
@@ -217,7 +218,8 @@ async def mode_cycles(cfg: dict[str, Any], ctl: Control) -> None:
     a = cfg.get("agents") or {}
     handles = a.get("humans", [])
     agents = [Agent(w, a.get("index0", 0) + i, handles[i % len(handles)] if handles else "",
-                    a.get("prefix", "a"), a.get("new_conv", False), a.get("rate", 0.0))
+                    a.get("prefix", "a"), a.get("new_conv", False), a.get("rate", 0.0),
+                    a.get("wait", 60.0))
               for i in range(a.get("count", 0))]
     t0 = now_ns()
     ok_h, bad_h = await connect_all(cfg, humans, h_tokens)

@@ -73,6 +73,10 @@ class Plan:
     rooms_agents: int = 200
     room_idle: float = 1.0
     rebuild_probes: int = 2_000
+    #: Also measure RSS once the deadlines of the answered requests have passed (the alarm
+    #: heap keeps an entry per request until its deadline; asks use ``wait`` 5 s, so that is
+    #: 15 s after the last ask).
+    rooms_after_deadlines: bool = True
     # recovery
     recovery_pending: int = 10_000
     recovery_expires: float = 6.0
@@ -95,7 +99,7 @@ class Plan:
                    quiet_wait=0.0, retry_disturbed=0, hub_variants=[],
                    idle_agents=300, idle_inbox=30, idle_procs=1, idle_settle=0.5,
                    idle_window=2.0, rooms_total=2_000, rooms_agents=50, room_idle=0.5,
-                   rebuild_probes=100, recovery_pending=500, recovery_expires=2.0,
+                   rebuild_probes=100, rooms_after_deadlines=False, recovery_pending=500, recovery_expires=2.0,
                    overload_agents=20, overload_rate=10.0, overload_duration=2.0,
                    flood_burst=300)
 
@@ -300,7 +304,7 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
         "client_cpu_us_per_cycle": round(sum(used[p.name] for p in procs) / cycles * 1e6, 1)
         if cycles else None,
         "server_rss_mib": round(rss1 / 1024, 1), "server_rss_growth_mib": round((rss1 - rss0) / 1024, 1),
-        "bottleneck": _bottleneck(loop_util, client_utils, meter.other_util),
+        "bottleneck": _bottleneck(loop_util, client_utils, meter.other_util, paced=bool(rate)),
         "other_cpu_util": meter.other_util, "machine_load_before": load_before,
         "errors": errors,
         "rate_per_agent": rate,
@@ -317,17 +321,20 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
     return out
 
 
-def _bottleneck(loop_util: float, client_utils: dict[str, float], other: float = 0.0) -> str:
+def _bottleneck(loop_util: float, client_utils: dict[str, float], other: float = 0.0,
+                paced: bool = False) -> str:
     if other >= 0.3:
         return f"shared machine: other jobs used {other:.2f} cores"
     busy = [k for k, v in client_utils.items() if v >= 0.9]
     if loop_util >= 0.9 and not busy:
-        return "server"
+        return "server event loop"
     if busy and loop_util < 0.9:
         return "client (" + ", ".join(busy) + ")"
     if busy:
         return "both (2 cores shared)"
-    return "neither (closed loop latency-bound)"
+    if paced:
+        return "none (load below capacity)"
+    return "neither CPU: waits (commits, pauses)"
 
 
 def _cycles_retrying(kind: str, n: int, plan: Plan, **kw: Any) -> dict[str, Any]:
@@ -582,7 +589,8 @@ def scenario_rooms(plan: Plan) -> dict[str, Any]:
                        "agents": {"count": plan.rooms_agents,
                                   "tokens": _agent_tokens(tokens, agent_names, 0,
                                                           plan.rooms_agents),
-                                  "humans": humans, "prefix": "r", "new_conv": True}}, "agents")
+                                  "humans": humans, "prefix": "r", "new_conv": True,
+                                  "wait": 5.0}}, "agents")
         procs += [hp, ap]
         hp.expect("ready", 60)
         ap.expect("ready", 120)
@@ -618,14 +626,19 @@ def scenario_rooms(plan: Plan) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         elapsed = run(per_agent)
+        t_last_ask = now_ns()
         peak = max((s[1] for s in samples), default=server.rss_kib() / 1024)
         ok, live = _wait_metric(server, "a2h_rooms_live", lambda v: v == 0,
                                 30 + plan.room_idle * 4)
         time.sleep(1.0)
-        stop_sampling.set()
-        sampler.join(2)
         after = server.rss_kib()
         m_after = server.metrics()
+        after_deadlines = None
+        if plan.rooms_after_deadlines:
+            sleep_until_ns(t_last_ask + int(17e9))
+            after_deadlines = server.rss_kib()
+        stop_sampling.set()
+        sampler.join(2)
         hp.send({"cmd": "finish"})
         res = hp.expect("result", 60)
         created = per_agent * plan.rooms_agents
@@ -639,6 +652,8 @@ def scenario_rooms(plan: Plan) -> dict[str, Any]:
             "rss_after_eviction_mib": round(after / 1024, 1),
             "rss_growth_after_eviction_mib": round((after - base) / 1024, 1),
             "bytes_left_per_conversation": round((after - base) * 1024 / created, 1),
+            "rss_after_deadlines_mib": round(after_deadlines / 1024, 1)
+            if after_deadlines is not None else None,
             "all_evicted": ok, "live_rooms_after": live,
             "evictions": m_after.get("a2h_room_evictions_total", 0)
             - m_base.get("a2h_room_evictions_total", 0),

@@ -73,18 +73,38 @@ class Connection:
             log.warning("conn=%s outbox over %d bytes: closing with resync", self.id, self.limit)
             self.kill(CloseCode.RESYNC, "resync: outbox overflow")
             return False
-        self._queue.append(text)
         self._bytes += size
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._flush())
+            # Fast path, no task: a send to a writable socket completes without suspending
+            # (uvicorn writes to the transport at once), so run it to its end right here.
+            # Only if it suspends (the transport is paused) does a writer task take over.
+            coro = self._send(text)
+            try:
+                pending = coro.send(None)
+            except StopIteration:
+                self._bytes -= size
+                self.sent += 1
+                return True
+            except Exception:
+                self._bytes = 0
+                self.closed = True
+                return False
+            self._task = asyncio.get_running_loop().create_task(
+                self._flush(coro, pending, size))
+            return True
+        self._queue.append(text)
         return True
 
     @property
     def queued_bytes(self) -> int:
         return self._bytes
 
-    async def _flush(self) -> None:
+    async def _flush(self, coro: Any = None, pending: Any = None, size: int = 0) -> None:
         try:
+            if coro is not None:
+                await _finish(coro, pending)
+                self._bytes -= size
+                self.sent += 1
             while self._queue and not self.closed:
                 text = self._queue.popleft()
                 self._bytes -= len(text)
@@ -131,6 +151,27 @@ class Connection:
                 await asyncio.wait_for(closing, 5)
             except (TimeoutError, asyncio.CancelledError, Exception):
                 pass
+
+
+async def _finish(coro: Any, pending: Any) -> None:
+    """Drive a coroutine that was started by hand and suspended on ``pending`` (what it
+    yielded: a future, or None for a bare yield) to its end, as a task would."""
+    while True:
+        exc: BaseException | None = None
+        try:
+            if pending is None:
+                await asyncio.sleep(0)
+            else:
+                # What a task does with a future its coroutine yields: clear the "blocking"
+                # mark the coroutine's own await set, then wait on it ourselves.
+                pending._asyncio_future_blocking = False
+                await pending
+        except BaseException as e:  # cancellation included: hand it to the coroutine
+            exc = e
+        try:
+            pending = coro.throw(exc) if exc is not None else coro.send(None)
+        except StopIteration:
+            return
 
 
 class Gateway:
@@ -181,9 +222,10 @@ class Gateway:
         for conn in list(members):
             if drop:
                 conn.tags.discard(tag)
+            was_open = not conn.closed
             if conn.push(text):
                 n += 1
-            elif conn.close_code == CloseCode.RESYNC:
+            elif was_open and conn.close_code == CloseCode.RESYNC:
                 self.resyncs += 1
         self.delivered += n
         return n

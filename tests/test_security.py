@@ -134,7 +134,7 @@ async def test_limits_answer_with_their_own_codes(tmp_path: Path) -> None:
 
 
 async def test_slow_reader_is_resynced_and_loses_nothing(tmp_path: Path) -> None:
-    async with serve(tmp_path, outbox_bytes=64 * 1024) as run, \
+    async with serve(tmp_path, outbox_bytes=64 * 1024, rate=1e6, burst=1e6) as run, \
             Hub(run.url, run.agent) as agent:
         slow = await connect(run.ws_url, additional_headers={
             "Authorization": f"Bearer {run.human}"}, max_queue=1, compression=None)
