@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from bench import _sys
 

@@ -24,6 +24,7 @@ Modes:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import time
 from collections import Counter
@@ -305,6 +306,21 @@ class Idle:
         pass
 
 
+async def _ask_once(x: Waiter, i: int, sem: asyncio.Semaphore, errors: Counter[str],
+                    handles: list[str], prefix: str, expires_in: float) -> None:
+    async with sem:
+        x.errors = errors
+        x.fut = asyncio.get_running_loop().create_future()
+        x.conn.send({"type": "ask", "id": 1, "op_id": f"{prefix}{i}",
+                     "to": handles[i % len(handles)] if handles else "",
+                     "question": QUESTION, "conversation": f"{prefix}c{i}",
+                     "wait": 60, "expires_in": expires_in})
+        try:
+            await asyncio.wait_for(x.fut, 60)
+        except TimeoutError:
+            errors["timeout"] += 1
+
+
 async def mode_idle(cfg: dict[str, Any], ctl: Control) -> None:
     a = cfg.get("agents") or {}
     waiters = [Waiter() for _ in range(a.get("count", 0))]
@@ -323,24 +339,11 @@ async def mode_idle(cfg: dict[str, Any], ctl: Control) -> None:
         cmd = await ctl.recv()
         if cmd["cmd"] == "ask":
             errors: Counter[str] = Counter()
-            loop = asyncio.get_running_loop()
             sem = asyncio.Semaphore(cmd.get("window", 256))
+            expires_in = cmd.get("expires_in", 600)
             t1 = now_ns()
-
-            async def one(i: int, x: Waiter) -> None:
-                async with sem:
-                    x.errors = errors
-                    x.fut = loop.create_future()
-                    x.conn.send({"type": "ask", "id": 1, "op_id": f"{prefix}{i}",
-                                 "to": handles[i % len(handles)] if handles else "",
-                                 "question": QUESTION, "conversation": f"{prefix}c{i}",
-                                 "wait": 60, "expires_in": cmd.get("expires_in", 600)})
-                    try:
-                        await asyncio.wait_for(x.fut, 60)
-                    except asyncio.TimeoutError:
-                        errors["timeout"] += 1
-
-            await asyncio.gather(*(one(a.get("index0", 0) + i, x) for i, x in enumerate(live)))
+            await asyncio.gather(*(_ask_once(x, a.get("index0", 0) + i, sem, errors, handles,
+                                             prefix, expires_in) for i, x in enumerate(live)))
             ctl.emit({"event": "asked", "acked": sum(x.acked for x in live),
                       "errors": dict(errors), "ask_s": (now_ns() - t1) / 1e9})
         elif cmd["cmd"] == "exit":
@@ -439,11 +442,12 @@ async def mode_burst(cfg: dict[str, Any], ctl: Control) -> None:
 
 
 class Prober:
-    __slots__ = ("conn", "futs")
+    __slots__ = ("conn", "futs", "ids")
 
     def __init__(self) -> None:
         self.conn: Any = None
         self.futs: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count(1)
 
     def on_message(self, m: dict[str, Any]) -> None:
         if m["type"] in ("ok", "error"):
@@ -458,33 +462,32 @@ class Prober:
         return await asyncio.wait_for(fut, 30)
 
 
+async def _probe_ask(p: Prober, i: int, sem: asyncio.Semaphore, errors: Counter[str],
+                     ops: list[str], prefix: str, human: str, expires_in: float) -> None:
+    async with sem:
+        op = f"{prefix}{i}"
+        r = await p.call({"type": "ask", "id": next(p.ids), "op_id": op, "to": human,
+                          "question": QUESTION, "conversation": f"{prefix}c{i}",
+                          "wait": 0, "expires_in": expires_in})
+        if r["type"] == "ok":
+            ops.append(op)
+        else:
+            errors[r.get("code", "?")] += 1
+
+
 async def mode_probe(cfg: dict[str, Any], ctl: Control) -> None:
     p = Prober()
     await connect_all(cfg, [p], [cfg["token"]])
     ctl.emit({"event": "ready", "connected": int(p.conn is not None)})
-    fid = 0
     ops: list[str] = []
     while True:
         cmd = await ctl.recv()
         if cmd["cmd"] == "ask":
-            prefix = cmd.get("prefix", "p")
             sem = asyncio.Semaphore(64)
             errors: Counter[str] = Counter()
-
-            async def one(i: int) -> None:
-                nonlocal fid
-                async with sem:
-                    fid += 1
-                    op = f"{prefix}{i}"
-                    r = await p.call({"type": "ask", "id": fid, "op_id": op, "to": cfg["human"],
-                                      "question": QUESTION, "conversation": f"{prefix}c{i}",
-                                      "wait": 0, "expires_in": cmd.get("expires_in", 600)})
-                    if r["type"] == "ok":
-                        ops.append(op)
-                    else:
-                        errors[r.get("code", "?")] += 1
-
-            await asyncio.gather(*(one(i) for i in range(cmd["count"])))
+            await asyncio.gather(*(_probe_ask(p, i, sem, errors, ops, cmd.get("prefix", "p"),
+                                              cfg["human"], cmd.get("expires_in", 600))
+                                   for i in range(cmd["count"])))
             ctl.emit({"event": "asked", "acked": len(ops), "errors": dict(errors)})
         elif cmd["cmd"] == "probe":
             # Two wait round trips per request, back to back: the first touches the room
@@ -494,9 +497,8 @@ async def mode_probe(cfg: dict[str, Any], ctl: Control) -> None:
             errors = Counter()
             for op in ops[: cmd.get("limit", len(ops))]:
                 for out in (first, second):
-                    fid += 1
                     t = now_ns()
-                    r = await p.call({"type": "wait", "id": fid, "op_id": op, "wait": 0})
+                    r = await p.call({"type": "wait", "id": next(p.ids), "op_id": op, "wait": 0})
                     out.append((now_ns() - t) // 1000)
                     if r["type"] != "ok":
                         errors[r.get("code", "?")] += 1
@@ -532,31 +534,34 @@ class Flooder:
                 self.retryable_false += 1
 
 
+async def _flood(f: Flooder, cfg: dict[str, Any], stop: int, burst: int,
+                 interval: float) -> None:
+    loop = asyncio.get_running_loop()
+    nxt = loop.time()
+    while now_ns() < stop:
+        frames = []
+        for _ in range(burst):
+            f.sent += 1
+            frames.append({"type": "ask", "id": f.sent, "op_id": f"flood-{f.sent}",
+                           "to": cfg["human"], "question": QUESTION,
+                           "conversation": cfg["conversation"], "wait": 0, "expires_in": 3600})
+        f.conn.send_many(frames)
+        nxt += interval
+        await asyncio.sleep(max(0.0, nxt - loop.time()))
+
+
 async def mode_flood(cfg: dict[str, Any], ctl: Control) -> None:
     f = Flooder()
+    tasks: set[asyncio.Task[None]] = set()
     await connect_all(cfg, [f], [cfg["token"]])
     ctl.emit({"event": "ready", "connected": int(f.conn is not None)})
     while True:
         cmd = await ctl.recv()
         if cmd["cmd"] == "run":
-            burst, interval = cmd["burst"], cmd["interval_ms"] / 1000
-
-            async def flood() -> None:
-                loop = asyncio.get_running_loop()
-                nxt = loop.time()
-                while now_ns() < cmd["stop"]:
-                    frames = []
-                    for _ in range(burst):
-                        f.sent += 1
-                        frames.append({"type": "ask", "id": f.sent, "op_id": f"flood-{f.sent}",
-                                       "to": cfg["human"], "question": QUESTION,
-                                       "conversation": cfg["conversation"], "wait": 0,
-                                       "expires_in": 3600})
-                    f.conn.send_many(frames)
-                    nxt += interval
-                    await asyncio.sleep(max(0.0, nxt - loop.time()))
-
-            asyncio.get_running_loop().create_task(flood())
+            task = asyncio.get_running_loop().create_task(
+                _flood(f, cfg, cmd["stop"], cmd["burst"], cmd["interval_ms"] / 1000))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         elif cmd["cmd"] == "finish":
             ctl.emit({"event": "result", "sent": f.sent, "codes": dict(f.codes),
                       "overloaded_not_retryable": f.retryable_false})

@@ -119,8 +119,8 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         f"{_fmt(v, 2)} s" if v is not None else None, (v < 3) if v is not None else None,
         f"{rec.get('pending', 0):,} pending" if rec else "")
     # ratios
-    for label, name, goal, ge in (("relay", "hub ÷ bare relay, cycles/s", 0.5, True),
-                                  ("socketio", "hub ÷ socket.io relay, cycles/s", 1.0, True)):
+    for label, name, goal in (("relay", "hub ÷ bare relay, cycles/s", 0.5),
+                              ("socketio", "hub ÷ socket.io relay, cycles/s", 1.0)):
         rs = []
         for n in _ns(doc):
             a, b = _cyc(doc, "hub", n), _cyc(doc, label, n)
@@ -395,6 +395,7 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
     L.append(".venv/bin/python -m bench run            # full suite; --quick for the smoke run")
     L.append(".venv/bin/python -m bench run --scenario cycles --n 200 1000   # one scenario")
     L.append(".venv/bin/python -m pytest bench/micro --benchmark-only       # micro-benchmarks")
+    L.append(".venv/bin/python -m bench profile --n 1000 --gil              # py-spy the hub")
     L.append("```")
     L.append("")
     if analysis and ANALYSIS.exists():

@@ -95,13 +95,12 @@ class Plan:
     @classmethod
     def quick_plan(cls) -> Plan:
         return cls(quick=True, cycles_ns=[50], paced_total=500.0, warmup=0.5, duration=2.0,
-                   sio_client_ns=[],
-                   quiet_wait=0.0, retry_disturbed=0, hub_variants=[],
+                   sio_client_ns=[], quiet_wait=0.0, retry_disturbed=0, hub_variants=[],
                    idle_agents=300, idle_inbox=30, idle_procs=1, idle_settle=0.5,
                    idle_window=2.0, rooms_total=2_000, rooms_agents=50, room_idle=0.5,
-                   rebuild_probes=100, rooms_after_deadlines=False, recovery_pending=500, recovery_expires=2.0,
-                   overload_agents=20, overload_rate=10.0, overload_duration=2.0,
-                   flood_burst=300)
+                   rebuild_probes=100, rooms_after_deadlines=False, recovery_pending=500,
+                   recovery_expires=4.0, overload_agents=20, overload_rate=10.0,
+                   overload_duration=2.0, flood_burst=300)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -403,7 +402,7 @@ def summarize_cycles(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         groups.setdefault((r["label"], r.get("mode", "closed"), r["n"]), []).append(r)
     for (label, mode, n), rs in sorted(groups.items()):
-        def med(path: tuple[str, ...]) -> float | None:
+        def med(path: tuple[str, ...], rs: list[dict[str, Any]] = rs) -> float | None:
             vals = []
             for r in rs:
                 v: Any = r
@@ -503,7 +502,6 @@ def idle_once(kind: str, plan: Plan) -> dict[str, Any]:
     finally:
         _close_all(procs)
         server.stop()
-    n_conn = plan.idle_agents + plan.idle_inbox
     connected = h_ready["connected"] + sum(r["connected"] for r in a_ready)
     acked = sum(r["acked"] for r in asked)
     errors: dict[str, int] = {}

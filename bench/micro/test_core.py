@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 import time
 
+from bench.micro.conftest import make_ask
 from hub.core import AnswerSubmitted, RoomCore, payload_hash
 from hub.protocol import OpId, Status
-
-from bench.micro.conftest import make_ask
 
 
 def test_payload_hash(benchmark):  # type: ignore[no-untyped-def]

@@ -7,11 +7,10 @@ import itertools
 import sqlite3
 import time
 
+from bench.micro.conftest import make_ask
 from hub.core import AnswerSubmitted, RoomCore
 from hub.protocol import OpId, Status
 from hub.store.sqlite import apply_op, migrate
-
-from bench.micro.conftest import make_ask
 
 
 def _db() -> sqlite3.Connection:
