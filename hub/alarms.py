@@ -20,6 +20,9 @@ from hub.store import Due, Store
 
 log = logging.getLogger("a2h.alarms")
 
+#: Seconds before a sweep fires again a deadline it fired and that is still pending.
+REFIRE_AFTER = 5.0
+
 
 class Alarms:
     def __init__(self, store: Store, clock: Clock, fire: Callable[[Due], None], *,
@@ -37,6 +40,9 @@ class Alarms:
         # (tenant, op_id) -> the deadline currently wanted; heap entries that disagree are
         # stale (extended or resolved) and are skipped when popped.
         self._live: dict[tuple[str, str], float] = {}
+        # (tenant, op_id) -> when a sweep fired it: a sweep that finds the same row still
+        # pending (its expiry not committed yet) leaves it alone for REFIRE_AFTER seconds.
+        self._fired: dict[tuple[str, str], float] = {}
         self._wake: asyncio.Future[None] | None = None
         self._target = float("inf")
         self.fired = 0
@@ -54,6 +60,7 @@ class Alarms:
 
     def cancel(self, tenant: str, op_id: str) -> None:
         self._live.pop((tenant, op_id), None)
+        self._fired.pop((tenant, op_id), None)
 
     def _poke(self) -> None:
         w = self._wake
@@ -75,7 +82,16 @@ class Alarms:
         """Fire every overdue pending deadline the store knows."""
         now = self.clock.now()
         dues = await self.store.due(now, self.sweep_limit)
+        fired = self._fired
+        if len(fired) > 4 * self.sweep_limit:
+            for key in [k for k, t in fired.items() if now - t > REFIRE_AFTER]:
+                del fired[key]
         for d in dues:
+            key = (d.tenant, d.op_id)
+            t = fired.get(key)
+            if t is not None and now - t < REFIRE_AFTER:
+                continue
+            fired[key] = now
             self._fire(d, now)
         return len(dues)
 

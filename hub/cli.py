@@ -267,11 +267,28 @@ def serve(args: argparse.Namespace) -> int:
                       f"    {base}/#token={human}\n\n"
                       f"  Agent token (tenant '{settings.bootstrap_tenant}'):\n    {agent}\n"
                       f"  Shown once: only their hashes are stored.\n", flush=True)
+            tune_gc()
             print(f"a2h: serving on {base}", flush=True)
         await task
 
     asyncio.run(run()) if loop == "asyncio" else _run_uvloop(run)
     return 0
+
+
+def tune_gc() -> None:
+    """Keep the cyclic GC off the tail latency.
+
+    A busy hub holds ~180 GC-tracked objects per socket and per live request (coroutines
+    of the ASGI stack, tasks, futures, requests); with CPython's default thresholds
+    (700, 10, 10) a full collection runs every few seconds and pauses the event loop for
+    80-120 ms at 1,000 sockets (bench: docs/performance.md). Freeze what start-up built
+    (never garbage) and collect the young generation less often and the old one rarely.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 50, 100)
 
 
 def _run_uvloop(fn: Any) -> None:

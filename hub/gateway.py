@@ -19,7 +19,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from hub.protocol import CloseCode
@@ -45,7 +45,7 @@ class Connection:
     __slots__ = ("id", "meta", "tags", "_send", "_close", "_queue", "_bytes", "limit",
                  "_task", "_closing", "closed", "close_code", "sent", "__weakref__")
 
-    def __init__(self, send: Callable[[str], Awaitable[None]],
+    def __init__(self, send: Callable[[str], Coroutine[Any, Any, None]],
                  close: Callable[[int, str], Awaitable[None]], *, limit: int,
                  meta: Any = None) -> None:
         self.id = next(_ids)

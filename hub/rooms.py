@@ -199,7 +199,7 @@ class RoomHost:
 
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
-                 cache_terminal: int = 256, on_loaded: Callable[[RoomCore], None] | None = None) -> None:
+                 cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.emit = emit
