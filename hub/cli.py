@@ -271,7 +271,12 @@ def serve(args: argparse.Namespace) -> int:
             print(f"a2h: serving on {base}", flush=True)
         await task
 
-    asyncio.run(run()) if loop == "asyncio" else _run_uvloop(run)
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(run())
+    else:  # pragma: no cover - uvloop is a dependency on every supported platform
+        asyncio.run(run())
     return 0
 
 
@@ -289,12 +294,6 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
-
-
-def _run_uvloop(fn: Any) -> None:
-    import uvloop
-
-    uvloop.run(fn())
 
 
 if __name__ == "__main__":

@@ -157,6 +157,10 @@ class HubService:
 
     # -- entry points
 
+    def forget_humans(self, tenant: str) -> None:
+        """Drop the cached humans of ``tenant`` (one was just added)."""
+        self._humans.pop(tenant, None)
+
     async def known_human(self, tenant: str, handle: str) -> bool:
         humans = self._humans.get(tenant)
         if humans is not None and handle in humans:

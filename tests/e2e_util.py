@@ -22,18 +22,19 @@ from typing import Any
 #: One scalable time unit for tests over real sockets (A2H_TEST_UNIT=2 doubles every timeout).
 UNIT = float(os.environ.get("A2H_TEST_UNIT", "1"))
 
-async def until(cond: Callable[[], Any], timeout: float = 10.0) -> None:
+async def until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
     """Poll a real condition (never a sleep standing in for one), bounded by
-    ``timeout`` × UNIT seconds. ``cond`` may return an awaitable."""
+    ``timeout`` × UNIT seconds, and return its first truthy value. ``cond`` may return an
+    awaitable."""
     end = time.monotonic() + timeout * UNIT
     while True:
         res = cond()
         if inspect.isawaitable(res):
             res = await res
         if res:
-            return
+            return res
         if time.monotonic() > end:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(f"condition not reached in time: {what or cond}")
         await asyncio.sleep(0.01)
 
 

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import openai
 import pytest
-from e2e_util import UNIT, HubProcess, create_token
+from e2e_util import UNIT, HubProcess, create_token, until
 from openai import AsyncOpenAI, OpenAI
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
@@ -69,20 +69,10 @@ def q(text: str = "Ship it?") -> str:
     return f"{text} [{uuid.uuid4().hex[:8]}]"
 
 
-async def until(cond: Callable[[], Awaitable[T | None]], what: str) -> T:
-    """Poll an actual condition (bounded), never sleep for a state."""
-    for _ in range(2000):
-        got = await cond()
-        if got:
-            return got
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
-
-
 async def item_for(h: SdkHub, question: str) -> Item:
     async def find() -> Item | None:
         return next((i for i in await h.inbox() if question in i.question), None)
-    return await until(find, f"inbox shows {question!r}")
+    return await until(find, 20, f"inbox shows {question!r}")
 
 
 async def answer(env: Env, question: str, value: Any, status: str = "answered") -> Item:
@@ -170,7 +160,7 @@ def test_408_and_the_clients_own_retry_reattach(env: Env) -> None:
 
                 async def retried() -> bool:
                     return statuses.count(408) >= 2
-                await until(retried, "two 408s, each retried")
+                await until(retried, 20, "two 408s, each retried")
                 # three calls so far, one request: one inbox item, not three
                 same = [i for i in await h.inbox() if question in i.question]
                 assert [i.op_id for i in same] == [item.op_id]

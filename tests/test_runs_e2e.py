@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_util import UNIT, HubProcess, create_token
+from e2e_util import UNIT, HubProcess, create_token, until
 from runs_support.mock_api import MockAPI
 
 from client_sdk import AccessDenied, Hub, Item, NotFound
@@ -130,19 +130,6 @@ def spawn(agents: list[Agent], env: Env, api: MockAPI, run_id: str, *extra: str)
     return a
 
 
-async def until(cond: Any, timeout: float = 20.0) -> Any:
-    end = time.monotonic() + timeout * UNIT
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return res
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
-
-
 async def inbox_item(human: Hub, run_id: str) -> Item:
     async def find() -> Item | None:
         for item in await human.inbox():
@@ -150,7 +137,7 @@ async def inbox_item(human: Hub, run_id: str) -> Item:
                 return item
         return None
 
-    item: Item = await until(find)
+    item: Item = await until(find, 20)
     return item
 
 
@@ -362,5 +349,5 @@ async def test_finished_runs_are_cleaned_up_after_the_retention_window(tmp_path:
                         pass
                     return "short-lived" not in {r.run_id for r in await a.runs()}
 
-                await until(purged)
+                await until(purged, 20)
                 assert "still-open" in {r.run_id for r in await a.runs(status="active")}

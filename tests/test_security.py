@@ -14,6 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from client_sdk import Hub, LimitExceeded
+from hub.clock import FakeClock
 
 
 async def login(run: Running, token: str) -> str:
@@ -84,7 +85,8 @@ async def test_session_endpoints_and_headers(tmp_path: Path) -> None:
 
 
 async def test_rate_limit_triggers_and_recovers(tmp_path: Path) -> None:
-    async with serve(tmp_path, rate=20.0, burst=5.0) as run:
+    clock = FakeClock()
+    async with serve(tmp_path, clock=clock, rate=20.0, burst=5.0) as run:
         raw = await Raw.open(run, run.agent)
         for _ in range(12):
             await raw.send({"type": "ping"})
@@ -92,9 +94,12 @@ async def test_rate_limit_triggers_and_recovers(tmp_path: Path) -> None:
         codes = [f.get("code") for f in frames if f["type"] == "error"]
         assert codes and set(codes) == {"rate_limited"}
         assert all(f["retryable"] for f in frames if f["type"] == "error")
-        # The bucket refills at 20/s: a paced client is served again.
-        await asyncio.sleep(0.5)
-        assert (await raw.call({"type": "ping"}))["type"] == "ok"
+        assert len(codes) == 12 - 5  # the burst was served, the rest refused
+        # The bucket refills at 20/s: half a second later a client is served again.
+        clock.advance(0.5)
+        for _ in range(5):
+            assert (await raw.call({"type": "ping"}))["type"] == "ok"
+        assert (await raw.call({"type": "ping"}))["code"] == "rate_limited"
         await raw.ws.close()
 
 

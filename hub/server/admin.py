@@ -67,7 +67,7 @@ async def create_token(request: Request) -> Response:
         return error_response(ErrorCode.INVALID, "expires_in must be a positive number")
     expires_at = hub.clock.now() + expires_in if expires_in else None
     token = await hub.store.create_token(who.tenant, role, name, expires_at)
-    hub._humans.pop(who.tenant, None)  # a new human may now be asked
+    hub.forget_humans(who.tenant)  # a new human may now be asked
     return JSONResponse({"token": token, "tenant": who.tenant, "role": role.value,
                          "name": name, "expires_at": expires_at}, status_code=201)
 

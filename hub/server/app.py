@@ -86,19 +86,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
 
 
 def extra_routes() -> list[Route]:
-    """Routes of the HTTP API and the OpenAI-compatible endpoint, when present."""
-    out: list[Route] = []
-    with contextlib.suppress(ImportError):
-        from hub.server import http_api
+    """Routes of the HTTP API, the OpenAI-compatible endpoint and runs (importing runs_api
+    also registers its WebSocket frames in ws.EXTENSIONS)."""
+    from hub.server import http_api, openai_compat, runs_api
 
-        out += http_api.routes()
-    with contextlib.suppress(ImportError):
-        from hub.server import openai_compat
-
-        out += openai_compat.routes()
-    with contextlib.suppress(ImportError):
-        from hub.server import runs_api  # registers its WebSocket frames in ws.EXTENSIONS
-
-        out += runs_api.routes()
-    return out
-
+    return [*http_api.routes(), *openai_compat.routes(), *runs_api.routes()]

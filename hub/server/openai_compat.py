@@ -74,9 +74,6 @@ log = logging.getLogger("a2h.openai")
 REATTACH_WINDOW = 600.0
 #: What a 408 "still pending" tells the client to pause before its retry (the long-poll).
 RETRY_AFTER_MS = 100
-#: Default seconds between SSE comment keep-alives (setting ``sse_keepalive`` or env
-#: ``A2H_SSE_KEEPALIVE`` overrides it).
-KEEPALIVE_SECONDS = 15.0
 #: Largest chat-completions body. An inbox item must fit a human socket's outbox.
 MAX_CHAT_BODY = 256 * 1024
 #: How many generations of a derived op_id are tried before falling back to a fresh one.
@@ -551,10 +548,8 @@ async def _chat(request: Request) -> Response:
 
 
 def keepalive_seconds(hub: HubService) -> float:
-    configured = getattr(hub.settings, "sse_keepalive", None)
-    if configured:
-        return float(configured)
-    return float(os.environ.get("A2H_SSE_KEEPALIVE", KEEPALIVE_SECONDS))
+    """Seconds between SSE keep-alive comments (``--sse-keepalive``, ``A2H_SSE_KEEPALIVE``)."""
+    return hub.settings.sse_keepalive
 
 
 def _sse(obj: Any) -> bytes:

@@ -134,7 +134,7 @@ async def _step(session: Session, event: Event) -> Step:
     hub = session.hub
     tenant = session.who.tenant
     now = hub.clock.now()
-    limit = int(getattr(hub.settings, "max_journal_entries", 10_000))
+    limit = hub.settings.max_journal_entries
     step: Step = await _store(hub).write(
         lambda c: journal_sql.step_sync(c, tenant, event, now, limit))
     return step

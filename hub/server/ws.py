@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -69,11 +68,11 @@ class Session:
         self.cid = conn.id
         # Token bucket: ``rate`` messages per second, bursts up to ``burst``.
         self._tokens = hub.settings.burst
-        self._refilled = time.monotonic()
+        self._refilled = hub.clock.now()
 
     def allow(self) -> bool:
         s = self.hub.settings
-        now = time.monotonic()
+        now = self.hub.clock.now()
         self._tokens = min(s.burst, self._tokens + (now - self._refilled) * s.rate)
         self._refilled = now
         if self._tokens >= 1.0:
