@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import hub.protocol as protocol
 from hub.protocol import ErrorCode
 
 
@@ -116,13 +117,10 @@ _BY_CODE: dict[str, type[A2HError]] = {
     ErrorCode.RATE_LIMITED: RateLimited,
     ErrorCode.UNAVAILABLE: RetryableError,
     ErrorCode.INTERNAL: RetryableError,
-    ErrorCode.TOO_MANY_SOCKETS: LimitExceeded,
-    ErrorCode.TOO_MANY_PENDING: LimitExceeded,
-    ErrorCode.QUESTION_TOO_LARGE: LimitExceeded,
-    ErrorCode.CONTEXT_TOO_LARGE: LimitExceeded,
-    ErrorCode.TOO_MANY_CHOICES: LimitExceeded,
-    ErrorCode.JOURNAL_FULL: LimitExceeded,
 }
+# Every limit the hub reports (its own LimitExceeded codes) is LimitExceeded here too.
+_BY_CODE.update({code: LimitExceeded for code, cls in protocol.ERRORS_BY_CODE.items()
+                 if issubclass(cls, protocol.LimitExceeded)})
 
 
 def from_frame(frame: dict[str, Any]) -> A2HError:

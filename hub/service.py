@@ -249,15 +249,21 @@ class HubService:
         key = (who.tenant, ask.op_id)
         fut = self._add_waiter(key)  # subscribe, then read
         try:
-            done, reply = self.future_reply()
-            await self.ask(who, ask, reply, rid, schema=schema, tools=tools)
-            r = await done
-            if r.error is not None:
-                raise r.error
-            assert r.request is not None
-            return await self._block(fut, r.request, ask.wait), r.attached
+            req, attached = await self.submit(who, ask, rid, schema=schema, tools=tools)
+            return await self._block(fut, req, ask.wait), attached
         finally:
             self._drop_waiter(key, fut)
+
+    async def submit(self, who: Principal, ask: Ask, rid: str = "-", *,
+                     schema: Any = None, tools: Any = None) -> tuple[Request, bool]:
+        """Ask and return once the room has committed it: (request, attached)."""
+        done, reply = self.future_reply()
+        await self.ask(who, ask, reply, rid, schema=schema, tools=tools)
+        r = await done
+        if r.error is not None:
+            raise r.error
+        assert r.request is not None
+        return r.request, r.attached
 
     async def wait_for(self, who: Principal, op_id: str, wait: float, rid: str = "-") -> Request:
         """Re-attach to a request (extending an open deadline) and block up to ``wait``."""

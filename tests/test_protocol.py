@@ -63,3 +63,16 @@ def test_error_frame_round_trip() -> None:
     frame = p.error_frame(p.Conflict("dup", request={"op_id": "o"}), 4)
     exc = p.error_from_frame(orjson.loads(orjson.dumps(frame)))
     assert isinstance(exc, p.Conflict) and exc.request == {"op_id": "o"}
+
+
+def test_the_sdk_maps_every_error_code() -> None:
+    from client_sdk import errors
+
+    for code in p.ErrorCode:
+        frame = {"type": "error", "code": code.value, "message": "m"}
+        exc = errors.from_frame(frame)
+        assert isinstance(exc, errors.A2HError) and exc.code == code.value
+        if issubclass(p.ERRORS_BY_CODE[code], p.LimitExceeded):
+            assert isinstance(exc, errors.LimitExceeded)
+        if code is p.ErrorCode.OVERLOADED:
+            assert isinstance(exc, errors.Overloaded) and not isinstance(exc, errors.RetryableError)

@@ -240,13 +240,7 @@ async def create_request(request: Request) -> Response:
     ask, schema, tools, wait = parse_create(body, op_id)
     rid = new_rid()
     if wait is None:
-        done, reply = hub.future_reply()
-        await hub.ask(who, ask, reply, rid, schema=schema, tools=tools)
-        r = await done
-        if r.error is not None:
-            raise r.error
-        assert r.request is not None
-        req, attached = r.request, r.attached
+        req, attached = await hub.submit(who, ask, rid, schema=schema, tools=tools)
     else:
         req, attached = await hub.ask_and_wait(who, ask, rid, schema=schema, tools=tools)
     resp = request_json(req, 200 if attached else 201, attached=attached)
