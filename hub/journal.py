@@ -55,21 +55,15 @@ from typing import Any, Union
 
 import orjson
 
-from hub.protocol import Invalid, LimitExceeded, NotFound
-
-try:  # the limits engineer's code; plain LimitExceeded when it is absent
-    from hub.protocol import ErrorCode
-
-    _JOURNAL_FULL: ErrorCode | None = ErrorCode("journal_full")
-except ValueError:  # pragma: no cover - older protocol without per-limit codes
-    _JOURNAL_FULL = None
-
-
-class RunStatus(enum.StrEnum):
-    ACTIVE = "active"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    NEEDS_ATTENTION = "needs_attention"
+from hub.protocol import (
+    ErrorCode,
+    Invalid,
+    LimitExceeded,
+    NotFound,
+    Outcome,
+    RunStatus,
+    Settlement,
+)
 
 
 class EntryStatus(enum.StrEnum):
@@ -84,28 +78,8 @@ class EntryKind(enum.StrEnum):
     INTERRUPT = "interrupt"
 
 
-class Outcome(enum.StrEnum):
-    """What the hub tells the SDK (the ``outcome`` field of ``ok`` replies to run frames)."""
-
-    STARTED = "started"            # run.begin: this execution now owns the run
-    VERSION_CHANGED = "version_changed"
-    NOT_ACTIVE = "not_active"      # completed, failed, needs attention, or taken over
-    RUN = "run"                    # call the function now (running is committed)
-    DONE = "done"                  # the journaled result (or interrupt resolution)
-    FAILED = "failed"              # the journaled failure, to raise again
-    UNKNOWN = "unknown"            # fail closed: a human settles it in the inbox
-    DIVERGED = "diverged"          # the code no longer matches the journal
-    ASK = "ask"                    # interrupt: open / re-attach to the request (shell only)
-    PENDING = "pending"            # interrupt: no answer within this wait
-    RECORDED = "recorded"          # a result, resolution or end was journaled
 
 
-class Settlement(enum.StrEnum):
-    """The decisions a human can take about an unknown outcome (the request's choices)."""
-
-    HAPPENED = "it happened"
-    RETRY = "retry it"
-    FAIL = "fail the run"
 
 
 TERMINAL_RUN = frozenset({RunStatus.COMPLETED, RunStatus.FAILED})
@@ -448,7 +422,7 @@ def _reached(ev: CallReached, run: Run, snap: Snapshot, now: float) -> Step:
 def _first_time(ev: CallReached, run: Run, snap: Snapshot, now: float) -> Step:
     if ev.position >= snap.max_entries:
         msg = f"a run may journal at most {snap.max_entries} calls"
-        raise LimitExceeded(msg, code=_JOURNAL_FULL) if _JOURNAL_FULL else LimitExceeded(msg)
+        raise LimitExceeded(msg, code=ErrorCode.JOURNAL_FULL)
     write_run = None
     if ev.kind is EntryKind.CALL and ev.unsafe and run.escalate_to is None:
         # Decided before the side effect: an unknown outcome must have someone to ask.

@@ -431,13 +431,44 @@ _PARSERS: dict[str, Any] = {
 # ---------------------------------------------------------------------------- runs (issue 6)
 # Durable runs and their journal (docs/runs.md, hub/journal.py). Frames sent by agent tokens
 # only. The hub answers each with an ``ok`` frame carrying an ``outcome``
-# (hub.journal.Outcome), or an ``error`` frame.
+# (:class:`Outcome`), or an ``error`` frame.
+
+class RunStatus(enum.StrEnum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    NEEDS_ATTENTION = "needs_attention"
+
+
+class Outcome(enum.StrEnum):
+    """What the hub tells the SDK (the ``outcome`` field of ``ok`` replies to run frames)."""
+
+    STARTED = "started"            # run.begin: this execution now owns the run
+    VERSION_CHANGED = "version_changed"
+    NOT_ACTIVE = "not_active"      # completed, failed, needs attention, or taken over
+    RUN = "run"                    # call the function now (running is committed)
+    DONE = "done"                  # the journaled result (or interrupt resolution)
+    FAILED = "failed"              # the journaled failure, to raise again
+    UNKNOWN = "unknown"            # fail closed: a human settles it in the inbox
+    DIVERGED = "diverged"          # the code no longer matches the journal
+    ASK = "ask"                    # interrupt: open / re-attach to the request (shell only)
+    PENDING = "pending"            # interrupt: no answer within this wait
+    RECORDED = "recorded"          # a result, resolution or end was journaled
+
+
+class Settlement(enum.StrEnum):
+    """The decisions a human can take about an unknown outcome (the request's choices)."""
+
+    HAPPENED = "it happened"
+    RETRY = "retry it"
+    FAIL = "fail the run"
+
 
 #: The largest JSON value (a call's result, an interrupt's payload) a run frame may carry:
 #: the frame limit with room for the other fields.
 MAX_JOURNAL_VALUE_BYTES = MAX_FRAME_BYTES - 4 * 1024
 
-_RUN_STATUSES = ("active", "completed", "failed", "needs_attention")
+_RUN_STATUSES = tuple(s.value for s in RunStatus)
 
 
 @dataclass(frozen=True, slots=True)

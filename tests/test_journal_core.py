@@ -17,14 +17,12 @@ from hub.journal import (
     EntryStatus,
     IllegalTransition,
     InterruptResolved,
-    Outcome,
     RunEnded,
     RunStarted,
-    RunStatus,
     SettlementRequest,
     Snapshot,
 )
-from hub.protocol import Invalid, LimitExceeded, NotFound
+from hub.protocol import Invalid, LimitExceeded, NotFound, Outcome, RunStatus
 
 NOW = 1_700_000_000.0
 SECRET = "00" * 16

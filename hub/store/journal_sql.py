@@ -27,12 +27,12 @@ from hub.journal import (
     Run,
     RunEnded,
     RunStarted,
-    RunStatus,
     SettlementRequest,
     Snapshot,
     Step,
     handle,
 )
+from hub.protocol import RunStatus
 from hub.store.sqlite import _COLUMNS as REQUEST_COLUMNS
 from hub.store.sqlite import row_to_request
 
