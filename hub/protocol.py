@@ -22,6 +22,7 @@ Error tree (what the caller can do)::
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any, NewType, Union
 
@@ -33,7 +34,21 @@ OpId = NewType("OpId", str)
 Conversation = NewType("Conversation", str)
 
 MAX_FRAME_BYTES = 64 * 1024
+#: The default wait of an ask (how long one call blocks).
 MAX_WAIT_SECONDS = 60.0
+#: The longest wait any interface accepts (the official OpenAI clients time out at 600 s).
+WAIT_LIMIT = 600.0
+#: The longest ``expires_in`` any interface accepts: 30 days.
+EXPIRES_LIMIT = 30 * 86400.0
+#: The deepest nesting of JSON arrays and objects a frame or body may have (the frame itself
+#: is level 1). orjson decodes 1,024 levels but encodes only 254, and replies wrap values in
+#: a few more: a bound well below that keeps every stored value encodable in every listing.
+MAX_JSON_DEPTH = 64
+#: Names — tenants, handles, agent names, conversations, op_ids, run ids — are 1..200 of
+#: these characters (docs/protocol.md). No spaces, no control characters, URL-path safe.
+NAME_CHARS = "A-Z a-z 0-9 . _ : ~ + = @ -"
+NAME_MAX = 200
+_NAME_RE = re.compile(r"[A-Za-z0-9._:~+=@-]{1,200}")
 #: How long past a wait an open-ended request stays alive (write-up 000: 60 s block, ~70 s alarm).
 WAIT_GRACE_SECONDS = 10.0
 
@@ -122,10 +137,16 @@ class HubError(Exception):
 
     code: ErrorCode = ErrorCode.INTERNAL
 
-    def __init__(self, message: str = "", *, request: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str = "", *, request: dict[str, Any] | None = None,
+                 retry_after: float | None = None, param: str | None = None) -> None:
         super().__init__(message or self.code.value)
         self.message = message or self.code.value
+        #: the request's view, for ``conflict`` and ``already_resolved``
         self.request = request
+        #: seconds the caller should pause before retrying (``rate_limited``)
+        self.retry_after = retry_after
+        #: the field of the request that was wrong, when one was
+        self.param = param
 
     @property
     def retryable(self) -> bool:
@@ -170,6 +191,12 @@ class LimitExceeded(FixRequest):
         if code is not None:
             self.code = code
         super().__init__(message, request=request)
+
+
+class TooDeep(FixRequest):
+    """JSON nested deeper than :data:`MAX_JSON_DEPTH`."""
+
+    code = ErrorCode.INVALID
 
 
 class Conflict(FixRequest):
@@ -326,8 +353,65 @@ ClientFrame = Union[Ask, Wait, Cancel, Unwatch, InboxQuery, HistoryQuery, Respon
 # ---------------------------------------------------------------------------- decoding
 
 
-class _FrameError(Invalid):
-    pass
+def too_deep(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True if ``obj`` nests arrays/objects deeper than ``limit`` levels (itself is 1)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, depth = stack.pop()
+        t = type(o)
+        if t is dict:
+            items: Any = o.values()
+        elif t is list:
+            items = o
+        else:
+            continue
+        if depth > limit:
+            return True
+        for v in items:
+            tv = type(v)
+            if tv is dict or tv is list:
+                stack.append((v, depth + 1))
+    return False
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode JSON from the outside world: every edge's one way in.
+
+    Raises:
+        BadJson: not JSON.
+        TooDeep: nested deeper than :data:`MAX_JSON_DEPTH`.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise BadJson("not valid JSON") from None
+    if too_deep(obj):
+        raise TooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return obj
+
+
+def is_name(value: object) -> bool:
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
+
+
+def check_name(what: str, value: object) -> str:
+    """A tenant, handle, agent name, conversation, op_id or run id, validated.
+
+    Raises:
+        Invalid: not 1..200 of :data:`NAME_CHARS`.
+    """
+    if not is_name(value):
+        raise Invalid(f"{what} must be 1..{NAME_MAX} of {NAME_CHARS}", param=what)
+    assert isinstance(value, str)
+    return value
+
+
+def _text(obj: dict[str, Any], key: str, max_len: int) -> str:
+    """A free-text field (a function name, a version): no control characters."""
+    val: str = _req(obj, key, str, "a string")
+    if not val or len(val) > max_len or not val.isprintable():
+        raise Invalid(f"field {key!r} must be 1..{max_len} printable characters", param=key)
+    return val
 
 
 def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...], what: str) -> Any:
@@ -348,11 +432,27 @@ def _opt_number(obj: dict[str, Any], key: str, default: float | None) -> float |
     return float(val)
 
 
-def _name(obj: dict[str, Any], key: str, max_len: int = 200) -> str:
+def _name(obj: dict[str, Any], key: str, max_len: int = NAME_MAX) -> str:
     val: str = _req(obj, key, str, "a string")
-    if not val or len(val) > max_len:
-        raise Invalid(f"field {key!r} must be 1..{max_len} characters")
+    if len(val) > max_len or _NAME_RE.fullmatch(val) is None:
+        raise Invalid(f"field {key!r} must be 1..{max_len} of {NAME_CHARS}", param=key)
     return val
+
+
+def _wait(obj: dict[str, Any], default: float) -> float:
+    wait = _opt_number(obj, "wait", default)
+    assert wait is not None
+    if not 0 <= wait <= WAIT_LIMIT:
+        raise Invalid(f"field 'wait' must be 0..{WAIT_LIMIT:g} seconds", param="wait")
+    return wait
+
+
+def _expires_in(obj: dict[str, Any]) -> float | None:
+    expires_in = _opt_number(obj, "expires_in", None)
+    if expires_in is not None and not 0 < expires_in <= EXPIRES_LIMIT:
+        raise Invalid(f"field 'expires_in' must be > 0 and <= {EXPIRES_LIMIT:g} seconds "
+                      "(30 days)", param="expires_in")
+    return expires_in
 
 
 def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
@@ -372,13 +472,8 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
         kind = Kind(kind_raw)
     except ValueError:
         raise Invalid("field 'kind' must be 'question' or 'approval'") from None
-    wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
-    assert wait is not None
-    if wait < 0:
-        raise Invalid("field 'wait' must be >= 0")
-    expires_in = _opt_number(obj, "expires_in", None)
-    if expires_in is not None and expires_in <= 0:
-        raise Invalid("field 'expires_in' must be > 0")
+    wait = _wait(obj, MAX_WAIT_SECONDS)
+    expires_in = _expires_in(obj)
     return Ask(
         id=fid,
         op_id=OpId(_name(obj, "op_id")),
@@ -395,11 +490,7 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
 
 
 def _parse_wait(obj: dict[str, Any], fid: int) -> Wait:
-    wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
-    assert wait is not None
-    if wait < 0:
-        raise Invalid("field 'wait' must be >= 0")
-    return Wait(fid, OpId(_name(obj, "op_id")), wait)
+    return Wait(fid, OpId(_name(obj, "op_id")), _wait(obj, MAX_WAIT_SECONDS))
 
 
 def _parse_respond(obj: dict[str, Any], fid: int) -> Respond:
@@ -556,12 +647,12 @@ def _opt_name(obj: dict[str, Any], key: str) -> str | None:
 
 def _parse_run_begin(obj: dict[str, Any], fid: int) -> RunBegin:
     return RunBegin(fid, _name(obj, "run_id"), Conversation(_name(obj, "conversation")),
-                    _name(obj, "version", 100), _opt_name(obj, "escalate_to"))
+                    _text(obj, "version", 100), _opt_name(obj, "escalate_to"))
 
 
 def _parse_run_call(obj: dict[str, Any], fid: int) -> RunCall:
     return RunCall(fid, _name(obj, "run_id"), _name(obj, "exec", 64), _position(obj),
-                   _name(obj, "name"), _name(obj, "args_hash", 64),
+                   _text(obj, "name", NAME_MAX), _name(obj, "args_hash", 64),
                    bool(obj.get("unsafe", False)), obj.get("args"))
 
 
@@ -581,10 +672,8 @@ def _parse_run_interrupt(obj: dict[str, Any], fid: int) -> RunInterrupt:
     wait = _opt_number(obj, "wait", MAX_WAIT_SECONDS)
     assert wait is not None
     if not 0 <= wait <= MAX_WAIT_SECONDS:
-        raise Invalid(f"field 'wait' must be 0..{MAX_WAIT_SECONDS:g}")
-    expires_in = _opt_number(obj, "expires_in", None)
-    if expires_in is not None and expires_in <= 0:
-        raise Invalid("field 'expires_in' must be > 0")
+        raise Invalid(f"field 'wait' must be 0..{MAX_WAIT_SECONDS:g}", param="wait")
+    expires_in = _expires_in(obj)
     return RunInterrupt(fid, _name(obj, "run_id"), _name(obj, "exec", 64), _position(obj),
                         obj.get("payload"), _name(obj, "to"), choices, wait, expires_in)
 
@@ -645,6 +734,10 @@ def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> 
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise FrameError(BadJson("frame is not valid JSON"), None) from None
+    if too_deep(obj):
+        fid = obj.get("id") if isinstance(obj, dict) else None
+        raise FrameError(TooDeep(f"frame nested deeper than {MAX_JSON_DEPTH} levels"),
+                         fid if type(fid) is int else None)
     if not isinstance(obj, dict):
         raise FrameError(Invalid("frame must be a JSON object"), None)
     fid = obj.get("id")
@@ -669,17 +762,85 @@ def encode(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
-def error_frame(exc: HubError, frame_id: int | None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "type": T.ERROR,
-        "id": frame_id,
-        "code": exc.code.value,
-        "message": exc.message,
-        "retryable": exc.retryable,
-    }
+def encode_text(obj: Any) -> str:
+    """One frame as the text a WebSocket sends: encode once, send the same text to all."""
+    return orjson.dumps(obj).decode()
+
+
+# ---------------------------------------------------------------------------- one edge
+# A hub error becomes a WebSocket frame, an HTTP JSON body or an OpenAI error body here and
+# nowhere else: the same code, message, retryable flag and extras on every interface.
+
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                 403: "permission_error", 404: "invalid_request_error",
+                 408: "timeout_error", 409: "invalid_request_error",
+                 413: "invalid_request_error", 422: "invalid_request_error",
+                 429: "rate_limit_error"}
+
+
+def _error_fields(exc: HubError) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": exc.code.value, "message": exc.message,
+                           "retryable": exc.retryable}
+    if exc.retry_after is not None:
+        out["retry_after"] = round(exc.retry_after, 3)
+    if exc.param is not None:
+        out["param"] = exc.param
     if exc.request is not None:
         out["request"] = exc.request
     return out
+
+
+def error_frame(exc: HubError, frame_id: int | None) -> dict[str, Any]:
+    """The ``error`` frame answering frame ``frame_id``."""
+    return {"type": T.ERROR, "id": frame_id, **_error_fields(exc)}
+
+
+def error_body(exc: HubError) -> dict[str, Any]:
+    """The JSON body of an HTTP error: ``{"error": {code, message, retryable, ...}}``."""
+    return {"error": _error_fields(exc)}
+
+
+def openai_error_body(exc: HubError, oai_code: str | None = None) -> dict[str, Any]:
+    """The body of an OpenAI-style error (``/v1``): ``{"error": {message, type, param,
+    code}}``; ``oai_code`` overrides the code where OpenAI names the case differently."""
+    status = exc.http_status
+    return {"error": {"message": exc.message,
+                      "type": _OPENAI_TYPES.get(status, "server_error"),
+                      "param": exc.param, "code": oai_code or exc.code.value}}
+
+
+# ---------------------------------------------------------------------------- hub frames
+
+
+def ok_frame(frame_id: int, **fields: Any) -> dict[str, Any]:
+    """The ``ok`` reply to frame ``frame_id``."""
+    return {"type": T.OK, "id": frame_id, **fields}
+
+
+def hello_frame(role: str, tenant: str, handle: str, now: float,
+                heartbeat: float) -> dict[str, Any]:
+    return {"type": T.HELLO, "protocol": PROTOCOL_VERSION, "role": role, "tenant": tenant,
+            "handle": handle, "now": now, "heartbeat": heartbeat}
+
+
+def resolved_frame(view: dict[str, Any]) -> dict[str, Any]:
+    """Push to an op's waiters: the request reached its terminal state."""
+    return {"type": T.RESOLVED, "request": view}
+
+
+def inbox_add_frame(view: dict[str, Any]) -> dict[str, Any]:
+    """Push to a human's inboxes: a new item (or, for a known op_id, an updated one)."""
+    return {"type": T.INBOX_ADD, "request": view}
+
+
+def inbox_remove_frame(view: dict[str, Any]) -> dict[str, Any]:
+    return {"type": T.INBOX_REMOVE, "op_id": view["op_id"], "request": view}
+
+
+def reconnect_frame(after_ms: tuple[int, int]) -> dict[str, Any]:
+    """Tell a client the hub is going away and how long to pause (a random pause in the
+    range) before reconnecting."""
+    return {"type": T.RECONNECT, "after_ms": list(after_ms)}
 
 
 def error_from_frame(frame: dict[str, Any]) -> HubError:
@@ -689,7 +850,12 @@ def error_from_frame(frame: dict[str, Any]) -> HubError:
     except ValueError:
         code = ErrorCode.INTERNAL
     cls = ERRORS_BY_CODE.get(code, RetryLater)
+    message = str(frame.get("message") or code.value)
     if cls is LimitExceeded:
-        return LimitExceeded(str(frame.get("message") or code.value), code=code,
-                             request=frame.get("request"))
-    return cls(str(frame.get("message") or code.value), request=frame.get("request"))
+        exc: HubError = LimitExceeded(message, code=code, request=frame.get("request"))
+    else:
+        exc = cls(message, request=frame.get("request"))
+    retry_after = frame.get("retry_after")
+    if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
+        exc.retry_after = float(retry_after)
+    return exc

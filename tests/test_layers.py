@@ -25,7 +25,7 @@ def files(pkg: str) -> list[Path]:
 def test_protocol_is_stdlib_and_orjson_only() -> None:
     for mod in imports(ROOT / "hub" / "protocol.py"):
         top = mod.split(".")[0]
-        assert top in {"__future__", "enum", "dataclasses", "typing", "orjson"}, mod
+        assert top in {"__future__", "enum", "re", "dataclasses", "typing", "orjson"}, mod
 
 
 #: Pure modules: no I/O, no clock; the core may use them.
