@@ -24,6 +24,9 @@ class Clock(Protocol):
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         """Run ``callback`` at epoch time ``when`` (or soon after)."""
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of this clock's time."""
+
 
 class SystemClock:
     def now(self) -> float:
@@ -31,6 +34,9 @@ class SystemClock:
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_later(max(0.0, when - time.time()), callback)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 class _FakeTimer:
@@ -58,6 +64,25 @@ class FakeClock:
         t = _FakeTimer()
         heapq.heappush(self._timers, (when, next(self._seq), t, callback))
         return t
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once a test has advanced the clock by ``seconds``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        timer = self.call_at(self._now + seconds, wake)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+
+    @property
+    def sleepers(self) -> int:
+        """Timers not yet due: lets a test wait until a task is parked on this clock."""
+        return sum(1 for _, _, t, _ in self._timers if not t.cancelled)
 
     def advance(self, seconds: float) -> None:
         """Move time forward and run every timer now due, in order."""

@@ -54,6 +54,8 @@ class Settings:
     max_context_bytes: int = 48 * 1024
     #: Journal entries in one run.
     max_journal_entries: int = 10_000
+    #: Serve /metrics without a token (else it needs an admin bearer token).
+    metrics_public: bool = False
     log_level: str = "info"
     #: Tenant/human created on the first start of an empty store.
     bootstrap_tenant: str = "default"
