@@ -44,8 +44,10 @@ class Settings:
     burst: float = 400.0
     #: Open WebSockets per token.
     max_sockets_per_token: int = 256
-    #: Pending requests per tenant.
+    #: Pending requests per tenant ...
     max_pending_per_tenant: int = 100_000
+    #: ... and the bytes they may hold together (question, choices, context, default, form).
+    max_pending_bytes_per_tenant: int = 128 * 1024 * 1024
     #: Characters in a question.
     max_question_chars: int = 16_000
     #: Choices in a question.

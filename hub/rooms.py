@@ -29,6 +29,7 @@ from hub.core import (
     Replied,
     RoomCore,
 )
+from hub.faults import crash_point
 from hub.protocol import Overloaded, RetryLater
 from hub.store import Store
 
@@ -139,6 +140,8 @@ class Room:
             for env, _ in decisions:
                 _reply(env, Replied(error=RetryLater("store unavailable; retry")))
             return
+        if ops:
+            crash_point("room.after_commit")
         i = 0
         for env, d in decisions:
             n = len(d.ops)
@@ -171,15 +174,22 @@ class Room:
         return d2
 
     def _carry_out(self, env: Envelope, d: Decision) -> None:
+        """Pushes first, then the caller's reply (the pushes are the fast path to everyone
+        else; the reply is the caller's acknowledgement)."""
         emit = self.host.emit
+        replies = []
         for eff in d.after:
             if isinstance(eff, Replied):
-                _reply(env, eff)
+                replies.append(eff)
             else:
                 try:
                     emit(eff, env.rid)
                 except Exception:
                     log.exception("room=%s rid=%s effect failed", self.name, env.rid)
+        if d.ops:
+            crash_point("room.after_push")
+        for r in replies:
+            _reply(env, r)
 
     def _fail_all(self, exc: Exception) -> None:
         while self.mailbox:

@@ -537,10 +537,11 @@ class SQLiteStore:
         rows = await self.read("SELECT status, count(*) FROM requests GROUP BY status")
         return {s: n for s, n in rows}
 
-    async def pending_count(self, tenant: str) -> int:
+    async def pending_usage(self, tenant: str) -> tuple[int, int]:
         rows = await self.read(
-            "SELECT count(*) FROM requests WHERE tenant=? AND status='pending'", (tenant,))
-        return int(rows[0][0])
+            "SELECT count(*), coalesce(sum(length(payload)), 0) FROM requests "
+            "WHERE tenant=? AND status='pending'", (tenant,))
+        return int(rows[0][0]), int(rows[0][1])
 
     async def ping(self) -> bool:
         rows = await self.read("SELECT 1")
