@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -37,6 +36,10 @@ _HELP = {
     "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
     "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
     "log_level": "debug, info, warning or error",
+    "max_conns_per_ip": "open connections one client address may hold (0: no limit)",
+    "header_timeout": "seconds a client has to send a request's headers",
+    "max_pending_bytes_per_tenant": "bytes the pending requests of one tenant may hold",
+    "metrics_public": "serve /metrics without an admin token",
     "bootstrap_tenant": "tenant created on the first start of an empty store",
     "bootstrap_human": "human created on the first start of an empty store",
 }
@@ -208,12 +211,13 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from hub.logs import configure as configure_logging
     from hub.server import create_app
+    from hub.server.connections import ConnectionGuard, protocols
     from hub.store import NewerDatabase
 
     settings = settings_from_args(args)
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(settings.log_level)
     try:
         first = bootstrap(settings)
     except NewerDatabase as exc:
@@ -235,23 +239,27 @@ def serve(args: argparse.Namespace) -> int:
         loop = "uvloop"
     except ImportError:  # pragma: no cover
         loop = "asyncio"
+    guard = ConnectionGuard(max_per_ip=settings.max_conns_per_ip,
+                            header_timeout=settings.header_timeout)
+    http_protocol, ws_protocol = protocols(guard)
     config = uvicorn.Config(
-        app, ws="websockets-sansio", ws_per_message_deflate=False,
+        app, http=http_protocol, ws=ws_protocol, ws_per_message_deflate=False,
         ws_max_size=settings.max_frame,
         ws_ping_interval=settings.heartbeat or None, ws_ping_timeout=settings.heartbeat or None,
         loop=loop, lifespan="on", log_level=settings.log_level.lower(), access_log=False,
-        proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
+        log_config=None, proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=5,
     )
     hub = app.state.hub
+    app.state.connection_guard = guard
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
             # Graceful shutdown: stop accepting (uvicorn), tell every client to reconnect
-            # after a jittered pause, let those frames drain, then uvicorn closes the sockets
-            # with 1012 and waits for the tasks to finish.
+            # after a jittered pause, let those frames drain (bounded), then uvicorn closes
+            # the sockets with 1012 and waits for the tasks to finish.
             hub.announce_restart()
-            await asyncio.sleep(0.05)
+            await hub.gateway.drain(timeout=1.0)
             await super().shutdown(sockets)
 
     server = Server(config)

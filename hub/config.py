@@ -54,6 +54,11 @@ class Settings:
     max_choices: int = 50
     #: Bytes of a request's context, JSON-encoded.
     max_context_bytes: int = 48 * 1024
+    #: Open connections one client address may hold (0: no limit; behind a proxy, every
+    #: connection comes from the proxy).
+    max_conns_per_ip: int = 4096
+    #: Seconds a client has to send a request's headers before the connection is closed.
+    header_timeout: float = 10.0
     #: Journal entries in one run.
     max_journal_entries: int = 10_000
     #: Serve /metrics without a token (else it needs an admin bearer token).

@@ -234,6 +234,14 @@ class Gateway:
         self.delivered += n
         return n
 
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every connection has handed its queued frames
+        to its transport. Sends to writable sockets complete at once, so only the writer
+        tasks of paused sockets are waited on."""
+        tasks = [c._task for c in self.connections if c._task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
     def close_tag(self, tag: Tag, code: int, reason: str) -> int:
         members = self._tags.get(tag)
         if not members:
