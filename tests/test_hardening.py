@@ -18,6 +18,7 @@ from client_sdk import Hub
 from hub.clock import FakeClock
 from hub.core import AskReceived, Insert, RoomCore
 from hub.protocol import MAX_JSON_DEPTH, Ask, OpId, Unauthorized
+from hub.service import HubService
 from hub.store import Role
 from hub.store.sqlite import SQLiteStore
 
@@ -253,3 +254,15 @@ def test_frames_are_built_once_per_kind() -> None:
     assert orjson.loads(orjson.dumps(ok_frame(3, now=1.0))) == {"type": "ok", "id": 3, "now": 1.0}
 
 
+
+
+async def test_revocation_watcher_runs_on_the_injected_clock(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with serve(tmp_path, clock=clock) as run:
+        agent = await Raw.open(run, run.agent)
+        assert await run.hub.store.revoke_token(run.agent, clock.now())
+        # Nothing happens until the hub's clock moves: no real time is involved.
+        assert (await agent.call({"type": "ping"}))["type"] == "ok"
+        clock.advance(HubService.REVOCATION_POLL)
+        await asyncio.wait_for(agent.ws.wait_closed(), 5)
+        assert agent.ws.close_code == 4001
