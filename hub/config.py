@@ -25,6 +25,12 @@ class Settings:
     outbox_bytes: int = 1024 * 1024
     #: Seconds resolved requests are kept (idempotency and audit) before deletion.
     retention: float = 24 * 3600.0
+    #: Bus between hub nodes (``nats://HOST:PORT``); empty: this node serves alone.
+    bus: str = ""
+    #: Seconds between two reads of what changed in the store (multi-node safety net).
+    reconcile_interval: float = 2.0
+    #: Fraction of outgoing bus wake-ups to drop on purpose (tests only).
+    bus_drop: float = 0.0
     #: Seconds between sweeps of the store for overdue deadlines.
     alarm_sweep: float = 1.0
     #: Seconds between SSE keep-alive comments on a streaming chat completion.

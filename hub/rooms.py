@@ -91,6 +91,8 @@ class Room:
 
     async def _step(self) -> None:
         host = self.host
+        if host.validate:
+            self.core = None  # a cache validated against the store: re-read it
         if self.core is None:
             try:
                 reqs = await host.store.load_room(*self.key)
@@ -209,7 +211,8 @@ class RoomHost:
 
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
-                 cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None) -> None:
+                 cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None,
+                 validate: bool = False) -> None:
         self.store = store
         self.clock = clock
         self.emit = emit
@@ -218,6 +221,8 @@ class RoomHost:
         self.max_batch = max_batch
         self.cache_terminal = cache_terminal
         self.on_loaded = on_loaded or (lambda core: None)
+        #: Re-read each room from the store before each batch (other nodes write it too).
+        self.validate = validate
         self.rooms: dict[RoomKey, Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweep_timer: Timer | None = None

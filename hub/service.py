@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from hub.alarms import Alarms
+from hub.bus import Bus, InboxChanged, LocalBus, RequestResolved, TokenRevoked, Wake
 from hub.clock import Clock, SystemClock
 from hub.config import Settings
 from hub.core import (
@@ -56,15 +57,20 @@ log = logging.getLogger("a2h")
 
 
 class HubService:
-    def __init__(self, settings: Settings, store: Store, clock: Clock | None = None) -> None:
+    def __init__(self, settings: Settings, store: Store, clock: Clock | None = None,
+                 bus: Bus | None = None) -> None:
         self.settings = settings
         self.store = store
         self.clock: Clock = clock or SystemClock()
+        self.bus: Bus = bus or LocalBus()
         self.gateway = Gateway()
+        # With other nodes on the same store, a room's cache is re-read at each batch: the
+        # store decides (compare-and-set), a node's memory only routes.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
                               idle_seconds=settings.room_idle,
-                              on_loaded=self._on_room_loaded)
+                              on_loaded=self._on_room_loaded,
+                              validate=self.bus.distributed)
         self.alarms = Alarms(store, self.clock, self._fire_alarm,
                              sweep_interval=settings.alarm_sweep, retention=settings.retention)
         # (tenant, op_id) -> (conversation, addressee), for pending requests this process has
@@ -82,6 +88,11 @@ class HubService:
         self._blocked: dict[str, set[asyncio.Future[Request]]] = {}
         self._alarm_task: asyncio.Task[None] | None = None
         self._revoke_task: asyncio.Task[None] | None = None
+        self._reconcile_task: asyncio.Task[None] | None = None
+        # Reads started by bus wake-ups: owned here, cancelled and awaited by stop().
+        self._wake_tasks: set[asyncio.Task[None]] = set()
+        # (tenant, op_id) -> when its resolution was last pushed from the store (reconcile).
+        self._delivered: dict[tuple[str, str], float] = {}
         self.started_at = 0.0
 
     # -- lifecycle
@@ -93,6 +104,9 @@ class HubService:
         loop = asyncio.get_running_loop()
         self._alarm_task = loop.create_task(self.alarms.run(), name="a2h alarms")
         self._revoke_task = loop.create_task(self._watch_revocations(), name="a2h revocations")
+        await self.bus.start(self._on_wake)
+        if self.bus.distributed:
+            self._reconcile_task = loop.create_task(self._reconcile(), name="a2h reconcile")
 
     #: Seconds between two looks for revoked tokens.
     REVOCATION_POLL = 0.5
@@ -111,6 +125,16 @@ class HubService:
             except Exception:
                 log.exception("revocation check failed")
 
+    async def revoke(self, token: str, tenant: str | None = None) -> bool:
+        """Revoke a token (or its hash): its sockets close and its blocked calls end here
+        at once, on other nodes at their next wake-up or look at the store."""
+        ok = await self.store.revoke_token(token, self.clock.now(), tenant=tenant)
+        if ok:
+            token_hash = token if is_token_hash(token) else hash_token(token)
+            self.end_token(token_hash, "token revoked")
+            self.bus.publish(TokenRevoked(token_hash))
+        return ok
+
     def end_token(self, token_hash: str, reason: str) -> None:
         """A token stopped being valid: close its sockets (4001) and end its blocked calls."""
         if self.gateway.close_tag(token_tag(token_hash), CloseCode.REVOKED, reason):
@@ -121,12 +145,87 @@ class HubService:
 
     async def stop(self) -> None:
         await self.rooms.aclose()
-        tasks = [t for t in (self._alarm_task, self._revoke_task) if t is not None]
+        tasks = [t for t in (self._alarm_task, self._revoke_task, self._reconcile_task,
+                             *self._wake_tasks) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)  # their CancelledError stays theirs; ours propagates
+        await self.bus.close()
         await self.store.close()
+
+    # -- other nodes (hub/bus.py): wake-ups in, reads of the store, local pushes out
+
+    def _on_wake(self, wake: Wake) -> None:
+        if isinstance(wake, TokenRevoked):
+            self.end_token(wake.token_hash, "token revoked")
+            return
+        if isinstance(wake, InboxChanged):
+            interested = bool(self.gateway.members(inbox_tag(wake.tenant, wake.handle)))
+        else:
+            interested = self._interested(wake.tenant, wake.op_id, wake.handle)
+        if not interested:
+            return
+        task = asyncio.get_running_loop().create_task(self._read_and_push(wake.tenant,
+                                                                          wake.op_id))
+        self._wake_tasks.add(task)
+        task.add_done_callback(self._wake_tasks.discard)
+
+    def _interested(self, tenant: str, op_id: str, handle: str) -> bool:
+        return bool((tenant, op_id) in self._waiters
+                    or self.gateway.members(op_tag(tenant, op_id))
+                    or self.gateway.members(inbox_tag(tenant, handle)))
+
+    async def _read_and_push(self, tenant: str, op_id: str) -> None:
+        try:
+            req = await self.store.get_request(tenant, op_id)
+        except Exception as exc:  # the reconcile loop will find it again
+            log.warning("op=%s wake-up read failed: %s", op_id, exc)
+            return
+        if req is not None:
+            self._push_from_store(req)
+
+    def _push_from_store(self, req: Request) -> None:
+        """Push what another node committed to this node's sockets and waiters."""
+        key = (req.tenant, req.op_id)
+        if not req.terminal:
+            self.gateway.publish(inbox_tag(req.tenant, req.to),
+                                 encode_text(inbox_add_frame(req.view())))
+            return
+        if key in self._delivered:
+            return
+        self._delivered[key] = self.clock.now()
+        self._where.pop(key, None)
+        self.alarms.cancel(req.tenant, req.op_id)
+        for fut in self._waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(replace(req))
+        view = req.view()
+        self.gateway.publish(op_tag(req.tenant, req.op_id), encode_text(resolved_frame(view)),
+                             drop=True)
+        self.gateway.publish(inbox_tag(req.tenant, req.to),
+                             encode_text(inbox_remove_frame(view)))
+
+    async def _reconcile(self) -> None:
+        """The safety net under the bus: every ``reconcile_interval`` read what changed in
+        the store since the last look (with a margin) and push it where it is wanted."""
+        interval = self.settings.reconcile_interval
+        since = self.clock.now()
+        while True:
+            await self.clock.sleep(interval)
+            now = self.clock.now()
+            try:
+                changed = await self.store.changed_since(since - interval)
+            except Exception as exc:
+                log.warning("reconcile failed: %s", exc)
+                continue
+            since = now
+            for req in changed:
+                if self._interested(req.tenant, req.op_id, req.to):
+                    self._push_from_store(req)
+            cutoff = now - 4 * interval
+            for key in [k for k, t in self._delivered.items() if t < cutoff]:
+                del self._delivered[key]
 
     async def __aenter__(self) -> HubService:
         await self.start()
@@ -141,12 +240,14 @@ class HubService:
         if isinstance(eff, InboxAdded):
             req = eff.request
             self._where[(req.tenant, req.op_id)] = (req.conversation, req.to)
+            self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             n = self.gateway.publish(inbox_tag(req.tenant, req.to),
                                      encode_text(inbox_add_frame(req.view())))
             log.info("rid=%s op=%s room=%s:%s asked %s (%d inbox sockets)", rid, req.op_id,
                      req.tenant, req.conversation, req.to, n)
         elif isinstance(eff, Resolved):
             req = eff.request
+            self.bus.publish(RequestResolved(req.tenant, req.op_id, req.to))
             self._where.pop((req.tenant, req.op_id), None)
             self._release(req.tenant, request_bytes(req))
             self.alarms.cancel(req.tenant, req.op_id)
@@ -165,6 +266,7 @@ class HubService:
                      req.conversation, req.status.value, req.actor)
         elif isinstance(eff, DeadlineMoved):
             req = eff.request
+            self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             # Same frame as a new item: inboxes treat a repeated inbox.add as an update.
             self.gateway.publish(inbox_tag(req.tenant, req.to),
                                  encode_text(inbox_add_frame(req.view())))
@@ -460,6 +562,7 @@ class HubService:
             "gateway": self.gateway.statistics(),
             "alarms": self.alarms.statistics(),
             "store": self.store.statistics(),
+            "bus": self.bus.statistics(),
             "routes": len(self._where),
         }
 
