@@ -242,6 +242,7 @@ class Connection:
             ws.transport.abort()
 
     def _down(self, ws: ClientConnection) -> None:
+        ws.transport.abort()  # a no-op if closed; never leave a half-open socket behind
         if self._ws is ws:
             self._ws = None
         self._connected.clear()
