@@ -172,9 +172,17 @@ class SyncHub:
         run = self._run(cm.__aenter__())
         try:
             yield SyncRun(self, run)
-        except BaseException as exc:
+        except Exception as exc:
             if not self._run(cm.__aexit__(type(exc), exc, exc.__traceback__)):
                 raise
+        except BaseException:
+            # KeyboardInterrupt & co. must not be thrown into the private loop (it would
+            # stop it): tell the run it was interrupted the way async code is, cancelled
+            # (the CancelledError that comes back is the one thrown in here, not ours).
+            interrupted = asyncio.CancelledError()
+            with contextlib.suppress(asyncio.CancelledError):
+                self._run(cm.__aexit__(asyncio.CancelledError, interrupted, None))
+            raise
         else:
             self._run(cm.__aexit__(None, None, None))
 
