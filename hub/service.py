@@ -201,7 +201,7 @@ class HubService:
             raise NotFound(f"no human {ask.to!r} in this tenant")
         pending = self._pending.get(who.tenant)
         if pending is None:
-            pending = self._pending[who.tenant] = await self.store.pending_count(who.tenant)
+            pending = self._pending[who.tenant] = (await self.store.pending_usage(who.tenant))[0]
         if pending >= s.max_pending_per_tenant:
             raise LimitExceeded(f"this tenant has {pending} pending requests; the limit is "
                                 f"{s.max_pending_per_tenant}", code=ErrorCode.TOO_MANY_PENDING)
