@@ -17,9 +17,13 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from inproc import serve
 from test_store_contract import new_request, resolved
+from websockets.asyncio.client import connect
 
+from client_sdk import new_op_id
 from hub.core import Insert, Resolve
 from hub.faults import CRASH_EXIT
 from hub.journal import CallReached, EntryKind, RunStarted
@@ -251,3 +255,34 @@ async def test_a_crash_in_the_middle_of_a_group_commit_loses_only_that_batch(
         assert await store.get_request("t", "before") is not None
         assert [await store.get_request("t", f"in{i}") for i in range(3)] == [None] * 3
     assert pragma(db, "integrity_check") == "ok"
+
+
+async def test_asks_and_run_frames_get_a_retryable_error_while_the_store_is_read_only(
+        tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "hub.db")
+    async with serve(tmp_path, store=store) as run:
+        ws = await connect(run.ws_url, compression=None,
+                           additional_headers={"Authorization": f"Bearer {run.agent}"})
+        assert orjson.loads(await ws.recv())["type"] == "hello"
+
+        async def send(frame: dict[str, Any]) -> dict[str, Any]:
+            await ws.send(orjson.dumps(frame).decode())
+            reply: dict[str, Any] = orjson.loads(await ws.recv())
+            assert reply["id"] == frame["id"]
+            return reply
+
+        op_id = new_op_id()
+        ask = {"type": "ask", "op_id": op_id, "to": "me", "question": "q?",
+               "conversation": "c", "wait": 0}
+        await store.set_limits(read_only=True)
+        for frame in ({**ask, "id": 1}, {"type": "run.begin", "id": 2, "run_id": "r",
+                                         "conversation": "c", "version": "1"}):
+            refused = await send(frame)
+            assert (refused["type"], refused["code"], refused["retryable"]) == \
+                ("error", "unavailable", True)
+        await store.set_limits()
+        asked = await send({**ask, "id": 3})
+        assert asked["type"] == "ok" and asked["request"]["status"] == "pending"
+        assert (await send({"type": "run.begin", "id": 4, "run_id": "r", "conversation": "c",
+                            "version": "1"}))["type"] == "ok"
+        await ws.close()
