@@ -259,11 +259,18 @@ def _store_error(exc: BaseException) -> StoreError:
     return err
 
 
-def _incremental_vacuum(conn: sqlite3.Connection) -> None:
-    """Give the pages a purge freed back to the file system. Outside the group commit's
-    transaction, because this PRAGMA frees one page per step and only ``executescript``
-    steps a statement to its end (it would commit an open transaction first)."""
-    conn.executescript("PRAGMA incremental_vacuum")
+#: Pages one incremental-vacuum job gives back (16 MiB of 4 KiB pages): a large purge
+#: frees its space in several jobs, with other callers' batches committed in between.
+VACUUM_PAGES = 4096
+
+
+def _incremental_vacuum(conn: sqlite3.Connection) -> int:
+    """Give up to VACUUM_PAGES free pages back to the file system; return how many free
+    pages are left. Runs outside the group commit's transaction: this PRAGMA frees one page
+    per step, and only ``executescript`` steps a statement to its end (it would commit an
+    open transaction first)."""
+    conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES})")
+    return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
 @dataclass(slots=True)
@@ -582,7 +589,7 @@ class SQLiteStore:
 
     async def list_humans(self, tenant: str) -> list[str]:
         rows = await self._read("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
-                                (tenant,))
+                                 (tenant,))
         return [r[0] for r in rows]
 
     async def create_session(self, token_hash: str, now: float, ttl: float) -> str:
@@ -605,7 +612,7 @@ class SQLiteStore:
 
     async def end_session(self, session: str) -> None:
         await self._write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
-                                              (hash_token(session),)))
+                                               (hash_token(session),)))
 
     # -- requests
 
@@ -621,7 +628,7 @@ class SQLiteStore:
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
-                                (tenant, op_id))
+                                 (tenant, op_id))
         return row_to_request(rows[0]) if rows else None
 
     async def load_room(self, tenant: str, conversation: str) -> list[Request]:
@@ -685,11 +692,13 @@ class SQLiteStore:
             return int(n), int(sessions)
 
         deleted, sessions = await self._write(write)
-        if deleted or sessions:
-            try:
-                await self._writer.submit(_incremental_vacuum, outside=True)
-            except StoreError as exc:  # the purge committed; a later one frees the space
-                log.warning("incremental vacuum after a purge failed: %s", exc)
+        free, before_job = (-1 if deleted or sessions else 0), None
+        try:
+            while free and free != before_job:  # until nothing is left, or nothing moves
+                before_job, free = free, await self._writer.submit(_incremental_vacuum,
+                                                                   outside=True)
+        except StoreError as exc:  # the purge committed; a later one frees the space
+            log.warning("incremental vacuum after a purge failed: %s", exc)
         return int(deleted)
 
     async def ping(self) -> bool:
