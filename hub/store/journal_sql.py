@@ -1,14 +1,14 @@
 """SQL for durable runs and their journal (schema: migration 2 in ``hub.store.sqlite``).
 
 ``SQLiteStore.run_step`` runs ``step_sync`` in the writer thread, in its own savepoint of
-the next group commit. It reads the run and the journal entry the
-event is about, lets the sans-I/O core (``hub.journal.handle``) decide, and upserts what
-the core returned, all in that one transaction. The writer is the only one, so the read
+the next group commit. It reads the run and the journal entry the event is about, lets the
+sans-I/O core (``hub.journal.handle``) decide, and upserts what the core returned, all in
+that one transaction. The writer is the only one, so the read
 and the write cannot interleave with another writer: every step is a compare-and-set
 (invariant 2). A multi-node backend would take the same steps under ``SELECT ... FOR
 UPDATE`` of the run's row.
 
-Listings (``LIST_RUNS``, ``PENDING``) run on ``SQLiteStore``'s reader connection.
+Listings (``list_runs_query``, ``PENDING``) run on ``SQLiteStore``'s reader connection.
 """
 
 from __future__ import annotations
