@@ -106,28 +106,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def token_command(args: argparse.Namespace) -> int:
-    from hub.store import NewerDatabase, Role
-    from hub.store.sqlite import issue_token, revoke_token_file
+    """Create or revoke a token through the store, whether or not a hub runs on it."""
+    import time
+
+    from hub.store import NewerDatabase, Role, UnsupportedStore, open_store
+
+    async def run() -> int:
+        store = open_store(args.db)
+        await store.open()
+        try:
+            if args.token_command == "create":
+                if args.agent:
+                    role, name = Role.AGENT, args.agent
+                elif args.human:
+                    role, name = Role.HUMAN, args.human
+                else:
+                    role, name = Role.ADMIN, args.admin
+                expires = None if args.expires_in is None else time.time() + args.expires_in
+                print(await store.create_token(args.tenant, role, name, expires))
+                return 0
+            ok = await store.revoke_token(args.token, time.time())
+            print("revoked" if ok else "no such active token", file=sys.stderr)
+            return 0 if ok else EXIT_ERROR
+        finally:
+            await store.close()
 
     try:
-        if args.token_command == "create":
-            if args.agent:
-                role, name = Role.AGENT, args.agent
-            elif args.human:
-                role, name = Role.HUMAN, args.human
-            else:
-                role, name = Role.ADMIN, args.admin
-            expires = None
-            if args.expires_in is not None:
-                import time
-
-                expires = time.time() + args.expires_in
-            print(issue_token(args.db, args.tenant, role, name, expires))
-            return 0
-        ok = revoke_token_file(args.db, args.token)
-        print("revoked" if ok else "no such active token", file=sys.stderr)
-        return 0 if ok else EXIT_ERROR
-    except NewerDatabase as exc:
+        return asyncio.run(run())
+    except (NewerDatabase, UnsupportedStore) as exc:
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
 
@@ -188,24 +194,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def bootstrap(settings: Settings) -> tuple[str, str] | None:
     """On an empty store: create the default tenant, a human and an agent token."""
-    from hub.store import Role
-    from hub.store.sqlite import connect_sync, create_token_sync, new_token
+    from hub.store import open_store
 
-    conn = connect_sync(settings.db, settings.sync.upper())
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        if conn.execute("SELECT 1 FROM tokens LIMIT 1").fetchone():
-            conn.execute("COMMIT")
-            return None
-        human = new_token(Role.HUMAN)
-        agent = new_token(Role.AGENT)
-        create_token_sync(conn, human, settings.bootstrap_tenant, Role.HUMAN,
-                          settings.bootstrap_human)
-        create_token_sync(conn, agent, settings.bootstrap_tenant, Role.AGENT, "default")
-        conn.execute("COMMIT")
-        return human, agent
-    finally:
-        conn.close()
+    async def run() -> tuple[str, str] | None:
+        store = open_store(settings.db, synchronous=settings.sync)
+        await store.open()
+        try:
+            return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -214,13 +213,13 @@ def serve(args: argparse.Namespace) -> int:
     from hub.logs import configure as configure_logging
     from hub.server import create_app
     from hub.server.connections import ConnectionGuard, protocols
-    from hub.store import NewerDatabase
+    from hub.store import NewerDatabase, UnsupportedStore
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
     try:
         first = bootstrap(settings)
-    except NewerDatabase as exc:
+    except (NewerDatabase, UnsupportedStore) as exc:
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)

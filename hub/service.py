@@ -51,7 +51,7 @@ from hub.protocol import (
     resolved_frame,
 )
 from hub.rooms import Envelope, Reply, RoomHost
-from hub.store import Due, Principal, Role, Store
+from hub.store import Due, Principal, Role, Store, token_hash_of
 
 log = logging.getLogger("a2h")
 
@@ -130,7 +130,7 @@ class HubService:
         at once, on other nodes at their next wake-up or look at the store."""
         ok = await self.store.revoke_token(token, self.clock.now(), tenant=tenant)
         if ok:
-            token_hash = token if is_token_hash(token) else hash_token(token)
+            token_hash = token_hash_of(token)
             self.end_token(token_hash, "token revoked")
             self.bus.publish(TokenRevoked(token_hash))
         return ok

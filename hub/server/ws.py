@@ -4,12 +4,17 @@ The session decodes each frame once (``hub.protocol``), checks the role, registe
 interest *before* it asks for state (subscribe, then read: invariant 7) and hands the
 work to the service. Replies come back through callbacks after the room's commit, so one
 socket can have many requests in flight.
+
+Frame types beyond the core set (runs) go to the handlers ``create_app`` registers in
+``app.state.frame_handlers``. Work a handler starts runs in the session's tasks
+(``Session.spawn``), which the endpoint cancels and awaits when the socket ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from starlette.websockets import WebSocket
@@ -46,23 +51,49 @@ from hub.store import Principal, Role
 
 log = logging.getLogger("a2h.ws")
 
-#: Handlers for frame types defined outside the core set (e.g. runs and journals):
-#: frame class -> ``async handler(session, frame)``. Each handler checks roles itself.
-EXTENSIONS: dict[type, Callable[[Session, Any], Awaitable[None]]] = {}
+#: A handler for a frame type outside the core set (e.g. runs and journals): ``async
+#: handler(session, frame)``. Each handler checks roles itself.
+FrameHandler = Callable[["Session", Any], Awaitable[None]]
 
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
 
 
 class Session:
-    def __init__(self, hub: HubService, who: Principal, conn: Connection) -> None:
+    def __init__(self, hub: HubService, who: Principal, conn: Connection,
+                 handlers: Mapping[type, FrameHandler] | None = None) -> None:
         self.hub = hub
         self.who = who
         self.conn = conn
         self.cid = conn.id
+        self.handlers: Mapping[type, FrameHandler] = handlers or {}
+        self._tasks: set[asyncio.Task[None]] = set()
         # Token bucket: ``rate`` messages per second, bursts up to ``burst``.
         self._tokens = hub.settings.burst
         self._refilled = hub.clock.now()
+
+    # -- the session's tasks: work that outlives the frame handler, owned by the session
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks of this session still running."""
+        return len(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"a2h session c{self.cid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Cancel the session's tasks and wait until they have ended."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # a cancellation of aclose itself propagates
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("conn=%s task failed", self.cid, exc_info=task.exception())
 
     def allow(self) -> bool:
         s = self.hub.settings
@@ -130,7 +161,7 @@ class Session:
         if not allowed:  # decoded anyway (cheap) so the error names the frame's id
             self.send_error(self.rate_limited(), frame.id)
             return
-        ext = EXTENSIONS.get(type(frame))
+        ext = self.handlers.get(type(frame))
         if ext is not None:
             try:
                 await ext(self, frame)
@@ -205,7 +236,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=code, reason=reason)
 
     conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
-    session = Session(hub, who, conn)
+    session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
     if who.role is Role.HUMAN:
@@ -237,4 +268,5 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         log.debug("conn=%s ended: %r", conn.id, exc)
     finally:
         gw.remove(conn)
+        await session.aclose()
         await conn.aclose()
