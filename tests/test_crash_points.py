@@ -220,3 +220,38 @@ async def test_random_kill_soak(tmp_path: Path) -> None:
     rows = requests(db)
     assert len(rows) == n_agents * per_agent  # none duplicated
     assert {r[1] for r in rows} == {"answered"}
+
+
+async def test_crash_between_a_journal_commit_and_its_reply(tmp_path: Path) -> None:
+    """The hub journals a call as running and dies before replying. After the restart the
+    SDK re-sends the same frame, the function runs once with its stable call_id, and the run
+    completes once."""
+    db = tmp_path / "hub.db"
+    agent_token = create_token(db, agent="bot")
+    create_token(db, human="me")
+    hub = HubProcess(db, env={"A2H_CRASH_AT": "journal.after_commit",
+                              "A2H_CRASH_AFTER": "1"}).start()
+    calls: list[str] = []
+
+    async def side_effect(x: int) -> int:
+        from client_sdk import call_id
+
+        calls.append(call_id())
+        return x * 2
+
+    async def restart_after_crash() -> None:
+        await until(lambda: crashed(hub), 30, "the crash point")
+        hub.env = {}
+        hub.start()
+
+    try:
+        restarter = asyncio.create_task(restart_after_crash())
+        async with Hub(hub.url, agent_token, max_backoff=0.2) as agent:
+            async with agent.run("run-crash", conversation="c", version="1") as run:
+                assert await run.call(side_effect, 21) == 42
+            await restarter
+            runs = await agent.runs()
+        assert [r.status for r in runs if r.run_id == "run-crash"] == ["completed"]
+        assert calls == ["run-crash:0"]
+    finally:
+        hub.stop()
