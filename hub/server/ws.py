@@ -239,6 +239,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
+    hub.watch_expiry(who)
     if who.role is Role.HUMAN:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),

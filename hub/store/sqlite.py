@@ -568,7 +568,7 @@ class SQLiteStore:
         tenant, role, name, expires_at, revoked_at = rows[0]
         if revoked_at is not None or (expires_at is not None and expires_at <= now):
             return None
-        return Principal(tenant, Role(role), name, token_hash)
+        return Principal(tenant, Role(role), name, token_hash, expires_at)
 
     async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool:
         return bool(await self._write(lambda c: revoke_token_sync(c, token, now, tenant)))
