@@ -21,6 +21,7 @@ import pytest
 from e2e_util import until
 from starlette.applications import Starlette
 
+from hub.cli import build_parser, settings_from_args
 from hub.clock import FakeClock
 from hub.config import Settings
 from hub.protocol import MAX_JSON_DEPTH, Unauthorized
@@ -526,6 +527,8 @@ async def test_metrics_need_an_admin_token_by_default(tmp_path: Path) -> None:
 
 async def test_metrics_public_setting_opens_them(tmp_path: Path) -> None:
     assert Settings.from_env({"A2H_METRICS_PUBLIC": "1"}).metrics_public is True
+    args = build_parser().parse_args(["serve", "--metrics-public", "true"])
+    assert settings_from_args(args).metrics_public is True
     async with edge(tmp_path, metrics_public=True) as e:
         r = await e.call("GET", "/metrics")
         assert r.status_code == 200 and "a2h_rooms_live" in r.text

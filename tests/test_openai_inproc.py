@@ -18,7 +18,11 @@ from e2e_util import until
 from openai import AsyncOpenAI
 from test_http_inproc import BASE, Edge, Live, data, edge, inbox, nested
 
-from hub.protocol import Unauthorized
+from hub.clock import FakeClock
+from hub.core import Request
+from hub.protocol import Kind, OpId, Status, Unauthorized
+from hub.server.openai_compat import REATTACH_WINDOW, choose_op_id, parse_chat
+from hub.store import Principal, Role
 
 
 def q(text: str = "Ship it?") -> str:
@@ -392,3 +396,70 @@ async def test_stream_of_a_declined_request_and_wait_zero(tmp_path: Path) -> Non
             assert data(error)["error"]["code"] == "request_pending"
         finally:
             await live.aclose()
+
+
+# ---------------------------------------------------------------------------- pure parts
+
+
+WHO = Principal("default", Role.AGENT, "bot", "ab" * 32)
+
+
+def test_conversation_comes_from_metadata_then_user_then_token() -> None:
+    base: dict[str, Any] = {"model": "me", "messages": user("hi")}
+    assert parse_chat({**base, "metadata": {"conversation": "m"}, "user": "u"}, WHO,
+                      None).conversation == "m"
+    assert parse_chat({**base, "user": "u"}, WHO, None).conversation == "u"
+    assert parse_chat(base, WHO, None).conversation == "chat:bot:abababab"
+    assert parse_chat(base, WHO, "5").wait == 5.0
+    assert parse_chat({**base, "wait": 7}, WHO, "5").wait == 7.0
+    assert parse_chat(base, WHO, None).wait == 60.0
+
+
+class _FakeStore:
+    def __init__(self) -> None:
+        self.rows: dict[str, Request] = {}
+
+    async def get_request(self, tenant: str, op_id: str) -> Request | None:
+        return self.rows.get(op_id)
+
+
+class _FakeHub:
+    def __init__(self) -> None:
+        self.store = _FakeStore()
+        self.clock = FakeClock(1000.0)
+
+
+def _row(op_id: str, status: Status, resolved_at: float | None) -> Request:
+    return Request(tenant="default", op_id=OpId(op_id), conversation="c", to="me",
+                   sender="agent:bot", kind=Kind.QUESTION, question="q", choices=None,
+                   context=None, default=None, schema=None, tools=None, payload_hash="h",
+                   status=status, value=None, actor=None, created_at=0.0, deadline=1.0,
+                   fixed_deadline=False, resolved_at=resolved_at)
+
+
+async def test_derived_op_ids_move_to_a_new_generation_after_the_window() -> None:
+    hub: Any = _FakeHub()
+    call = parse_chat({"model": "me", "messages": user("same question")}, WHO, None)
+
+    async def pick(key: str | None = None) -> str:
+        return await choose_op_id(hub, WHO, call, key)
+
+    first = await pick()
+    assert len(first) == 32 and await pick() == first  # deterministic
+    other_token = Principal("default", Role.AGENT, "bot", "cd" * 32)
+    assert await choose_op_id(hub, other_token, call, None) != first  # token-scoped
+
+    hub.store.rows[first] = _row(first, Status.PENDING, None)
+    assert await pick() == first  # pending: re-attach
+    hub.store.rows[first] = _row(first, Status.ANSWERED, hub.clock.now())
+    hub.clock.advance(REATTACH_WINDOW - 1)
+    assert await pick() == first  # recently resolved: the same resolution again
+    hub.clock.advance(2)
+    second = await pick()
+    assert second != first  # resolved long ago: a new question
+    hub.store.rows[second] = _row(second, Status.PENDING, None)
+    assert await pick() == second
+
+    keyed = await pick("my-key")
+    hub.store.rows[keyed] = _row(keyed, Status.ANSWERED, 0.0)
+    assert await pick("my-key") == keyed  # with a key: fixed for the retention
