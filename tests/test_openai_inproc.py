@@ -366,6 +366,26 @@ async def test_stream_ends_with_an_error_event_when_the_token_goes(
             await live.aclose()
 
 
+async def test_a_client_that_leaves_ends_the_stream_and_its_tasks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with edge(tmp_path, sse_keepalive=7.0) as e:
+        ended: list[str] = []
+        real_wait_for = e.hub.wait_for
+
+        async def wait_for(*a: Any, **kw: Any) -> Any:
+            try:
+                return await real_wait_for(*a, **kw)
+            except asyncio.CancelledError:
+                ended.append("cancelled")
+                raise
+        monkeypatch.setattr(e.hub, "wait_for", wait_for)
+        live = await stream(e, q("Leaving?"))
+        data(await live.event())
+        await until(lambda: 7.0 in e.clock.naps, 10, "the tick parks")
+        await live.aclose()
+        assert ended == ["cancelled"] and e.clock.naps == []
+
+
 async def test_stream_refusals_are_plain_http_errors(tmp_path: Path) -> None:
     async with edge(tmp_path) as e:
         question, key = q("Keyed stream?"), str(uuid.uuid4())

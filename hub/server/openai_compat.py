@@ -43,7 +43,6 @@ expires while the stream is open.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import math
@@ -554,11 +553,12 @@ async def _stream(hub: HubService, who: Principal, call: ChatCall, req: HubReque
         yield _sse(openai_body(exc))
         return
     finally:
-        for task in (waiter, tick):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        # Owned here: cancelled and awaited, whichever way the stream ends (a client that
+        # goes away cancels us; that cancellation keeps propagating).
+        tasks = [t for t in (waiter, tick) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     if req.status is not Status.ANSWERED:
         yield _sse(openai_body(outcome_error(req)))
         return
