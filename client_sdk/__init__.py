@@ -3,6 +3,11 @@
     async with Hub("http://127.0.0.1:8000", token=AGENT_TOKEN) as hub:
         answer = await hub.ask("me", "Deploy now?", conversation="deploys",
                                choices=["yes", "no"])
+
+From a script or a notebook, without an event loop::
+
+    with SyncHub("http://127.0.0.1:8000", token=AGENT_TOKEN) as hub:
+        answer = hub.ask("me", "Deploy now?", conversation="deploys", choices=["yes", "no"])
 """
 
 from client_sdk.client import Hub, new_op_id
@@ -32,6 +37,7 @@ from client_sdk.runs import (
     RunVersionChanged,
     call_id,
 )
+from client_sdk.sync import SyncHub, SyncRun
 
 __all__ = [
     "A2HError",
@@ -56,6 +62,8 @@ __all__ = [
     "RunInfo",
     "RunNotActive",
     "RunVersionChanged",
+    "SyncHub",
+    "SyncRun",
     "UnknownOutcome",
     "call_id",
     "new_op_id",

@@ -25,7 +25,7 @@ from hub.protocol import ErrorCode
 class A2HError(Exception):
     """Root of every SDK error."""
 
-    code: str = "internal"
+    code: str = ErrorCode.INTERNAL.value
 
     def __init__(self, message: str = "", *, code: str | None = None,
                  request: dict[str, Any] | None = None) -> None:
@@ -37,19 +37,19 @@ class A2HError(Exception):
 
 
 class RequestError(A2HError):
-    code = "invalid"
+    code = ErrorCode.INVALID.value
 
 
 class InvalidRequest(RequestError):
-    code = "invalid"
+    code = ErrorCode.INVALID.value
 
 
 class Conflict(RequestError):
-    code = "conflict"
+    code = ErrorCode.CONFLICT.value
 
 
 class AlreadyResolved(RequestError):
-    code = "already_resolved"
+    code = ErrorCode.ALREADY_RESOLVED.value
 
     @property
     def answer(self) -> Any:
@@ -61,29 +61,43 @@ class AlreadyResolved(RequestError):
 class LimitExceeded(RequestError):
     """A configured limit was hit (``code`` says which: too_many_pending, ...)."""
 
-    code = "limit_exceeded"
+    code = ErrorCode.LIMIT_EXCEEDED.value
 
 
 class NotFound(A2HError):
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND.value
 
 
 class AccessDenied(A2HError):
-    code = "forbidden"
+    code = ErrorCode.FORBIDDEN.value
 
 
 class Overloaded(A2HError):
-    code = "overloaded"
+    code = ErrorCode.OVERLOADED.value
 
 
 class RetryableError(A2HError):
-    code = "unavailable"
+    code = ErrorCode.UNAVAILABLE.value
+
+
+#: The pause a ``rate_limited`` error asks for when the hub sends no ``retry_after``.
+DEFAULT_RETRY_AFTER = 0.25
 
 
 class RateLimited(RetryableError):
-    """Too many messages per second on this connection: slow down."""
+    """Too many messages per second on this connection: slow down.
 
-    code = "rate_limited"
+    ``retry_after`` is how long the hub asks to wait before the next frame, in seconds.
+    Calls that are safe to repeat wait that long (plus jitter) and retry by themselves.
+    """
+
+    code = ErrorCode.RATE_LIMITED.value
+
+    def __init__(self, message: str = "", *, code: str | None = None,
+                 request: dict[str, Any] | None = None,
+                 retry_after: float = DEFAULT_RETRY_AFTER) -> None:
+        super().__init__(message, code=code, request=request)
+        self.retry_after = retry_after
 
 
 class ConnectionLost(RetryableError):
@@ -123,7 +137,19 @@ _BY_CODE.update({code: LimitExceeded for code, cls in protocol.ERRORS_BY_CODE.it
                  if issubclass(cls, protocol.LimitExceeded)})
 
 
+def _retry_after(frame: dict[str, Any]) -> float:
+    hint = frame.get("retry_after")
+    if isinstance(hint, bool) or not isinstance(hint, int | float) or not 0 <= hint <= 3600:
+        return DEFAULT_RETRY_AFTER  # missing or nonsense: the default, never a spin or a hang
+    return float(hint)
+
+
 def from_frame(frame: dict[str, Any]) -> A2HError:
-    code = str(frame.get("code") or "internal")
+    """The SDK exception an ``error`` frame describes."""
+    code = str(frame.get("code") or ErrorCode.INTERNAL)
     cls = _BY_CODE.get(code, RetryableError)
-    return cls(str(frame.get("message") or code), code=code, request=frame.get("request"))
+    message = str(frame.get("message") or code)
+    if cls is RateLimited:
+        return RateLimited(message, code=code, request=frame.get("request"),
+                           retry_after=_retry_after(frame))
+    return cls(message, code=code, request=frame.get("request"))

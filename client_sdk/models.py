@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hub.protocol import Status
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -24,12 +26,12 @@ class Answer:
 
     @property
     def pending(self) -> bool:
-        return self.status == "pending"
+        return self.status == Status.PENDING
 
     @property
     def approved(self) -> bool:
         """For approvals: True when a human approved."""
-        return self.status == "answered" and isinstance(self.value, dict) and \
+        return self.status == Status.ANSWERED and isinstance(self.value, dict) and \
             bool(self.value.get("approved"))
 
     @property

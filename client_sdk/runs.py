@@ -1,6 +1,7 @@
 """Durable runs: a journal of external calls, replay without repeats (issue 6).
 
-``Hub`` inherits :class:`RunsMixin`; everything about runs lives in this module::
+A :class:`client_sdk.Hub` holds a :class:`Runs` (``hub.run``, ``hub.runs``, ``hub.pending``
+delegate to it); everything about runs lives in this module::
 
     async with hub.run("issue-42-summary", conversation="issue-42", version="1") as run:
         issue = await run.call(read_issue, 42)
@@ -35,20 +36,20 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
+from client_sdk._connection import REPLY_GRACE, Connection
 from client_sdk.errors import (
     A2HError,
-    ConnectionLost,
     InvalidRequest,
     Overloaded,
     RetryableError,
     UnknownOutcome,
 )
 from client_sdk.models import Answer, Item
-from hub.protocol import MAX_JOURNAL_VALUE_BYTES, MAX_WAIT_SECONDS, T
+from hub.protocol import MAX_JOURNAL_VALUE_BYTES, MAX_WAIT_SECONDS, Outcome, Status, T
 
 log = logging.getLogger("a2h.sdk.runs")
 
@@ -191,7 +192,7 @@ def _encode_result(fn_name: str, value: Any) -> bytes:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """A run as :meth:`RunsMixin.runs` lists it."""
+    """A run as :meth:`client_sdk.Hub.runs` lists it."""
 
     run_id: str
     conversation: str
@@ -215,12 +216,23 @@ class RunInfo:
                    escalate_to=v.get("escalate_to"), view=v)
 
 
-class Run:
-    """One execution of a durable run (made by :meth:`RunsMixin.run`)."""
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """A journaled call under way: where it is, and its journaled result if done."""
 
-    def __init__(self, hub: RunsMixin, run_id: str, conversation: str, version: str,
+    position: int
+    name: str
+    call_id: str
+    done: bool = False
+    result: Any = None
+
+
+class Run:
+    """One execution of a durable run (made by :meth:`client_sdk.Hub.run`)."""
+
+    def __init__(self, runs: Runs, run_id: str, conversation: str, version: str,
                  exec_id: str) -> None:
-        self.hub = hub
+        self._runs = runs
         self.run_id = run_id
         self.conversation = conversation
         self.version = version
@@ -258,47 +270,62 @@ class Run:
             RunNotActive: the run cannot make progress here.
             Whatever ``fn`` raises (journaled as failed, then re-raised).
         """
-        pos = self._position()
-        name = function_name(fn)
-        cid = f"{self.run_id}:{pos}"
-        frame: dict[str, Any] = {
-            "type": T.RUN_CALL, "run_id": self.run_id, "exec": self._exec, "position": pos,
-            "name": name, "args_hash": args_hash(args, kwargs), "unsafe": unsafe_to_repeat,
-        }
-        if unsafe_to_repeat:
-            frame["args"] = _preview(args, kwargs)  # shown in the inbox if it gets unknown
-        reply = await self.hub._run_frame(frame)
-        outcome = reply.get("outcome")
-        if outcome == "done":
-            return reply.get("result")
-        if outcome != "run":
-            raise _outcome_error(reply, cid)
-        token = _CALL_ID.set(cid)
+        step = await self._begin_call(fn, args, kwargs, unsafe_to_repeat)
+        if step.done:
+            return step.result
+        token = _CALL_ID.set(step.call_id)
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            await self._finish(pos, ok=False, error={"type": type(exc).__qualname__,
-                                                     "message": str(exc)[:2000]})
+            await self._fail_call(step, exc)
             raise
         finally:
             _CALL_ID.reset(token)
+        return await self._record_call(step, value)
+
+    # The three steps of a call, apart so that SyncRun can run ``fn`` in its caller's
+    # thread between them (one implementation of the journal protocol, not two).
+
+    async def _begin_call(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any], unsafe: bool) -> _Step:
+        pos = self._position()
+        name = function_name(fn)
+        cid = f"{self.run_id}:{pos}"
+        frame: dict[str, Any] = {
+            "type": T.RUN_CALL, "run_id": self.run_id, "exec": self._exec, "position": pos,
+            "name": name, "args_hash": args_hash(args, kwargs), "unsafe": unsafe,
+        }
+        if unsafe:
+            frame["args"] = _preview(args, kwargs)  # shown in the inbox if it gets unknown
+        reply = await self._runs.frame(frame)
+        outcome = reply.get("outcome")
+        if outcome == Outcome.DONE:
+            return _Step(pos, name, cid, done=True, result=reply.get("result"))
+        if outcome != Outcome.RUN:
+            raise _outcome_error(reply, cid)
+        return _Step(pos, name, cid)
+
+    async def _fail_call(self, step: _Step, exc: BaseException) -> None:
+        await self._finish(step.position, ok=False, error={"type": type(exc).__qualname__,
+                                                           "message": str(exc)[:2000]})
+
+    async def _record_call(self, step: _Step, value: Any) -> Any:
         try:
-            blob = _encode_result(name, value)
+            blob = _encode_result(step.name, value)
         except (TypeError, ValueError) as exc:
-            await self._finish(pos, ok=False, error={"type": type(exc).__qualname__,
-                                                     "message": str(exc)[:2000]})
+            await self._fail_call(step, exc)
             raise
-        await self._finish(pos, ok=True, result=orjson.Fragment(blob))
+        await self._finish(step.position, ok=True, result=orjson.Fragment(blob))
         return orjson.loads(blob)
 
     async def _finish(self, pos: int, *, ok: bool, result: Any = None,
                       error: Any = None) -> None:
-        reply = await self.hub._run_frame({
+        reply = await self._runs.frame({
             "type": T.RUN_RESULT, "run_id": self.run_id, "exec": self._exec, "position": pos,
             "ok": ok, "result": result, "error": error})
-        if reply.get("outcome") != "recorded":
+        if reply.get("outcome") != Outcome.RECORDED:
             raise _outcome_error(reply, f"{self.run_id}:{pos}")
 
     async def interrupt(self, payload: Any, *, to: str, choices: list[str] | None = None,
@@ -332,17 +359,18 @@ class Run:
             "wait": min(max(wait, 0.0), MAX_WAIT_SECONDS), "expires_in": expires_in,
         }
         while True:
-            reply = await self.hub._run_frame(frame, timeout=frame["wait"] + 30.0)
+            reply = await self._runs.frame(frame, timeout=frame["wait"] + REPLY_GRACE)
             outcome = reply.get("outcome")
-            if outcome == "pending":
+            if outcome == Outcome.PENDING:
                 continue
-            if outcome != "done":
+            if outcome != Outcome.DONE:
                 raise _outcome_error(reply, cid)
             answer = Answer.from_view(reply["result"])
-            if answer.status == "answered" and (choices is not None or answer.approved):
+            if answer.status == Status.ANSWERED and (choices is not None or answer.approved):
                 return answer
             who = answer.actor or "the hub"
-            what = {"declined": "rejected", "expired": "expired", "cancelled": "cancelled"}
+            what: dict[str, str] = {Status.DECLINED: "rejected", Status.EXPIRED: "expired",
+                                    Status.CANCELLED: "cancelled"}
             msg = f"interrupt {cid} was {what.get(answer.status, answer.status)} by {who}"
             if answer.comment:
                 msg += f": {answer.comment}"
@@ -352,23 +380,23 @@ class Run:
 def _outcome_error(reply: dict[str, Any], cid: str) -> A2HError:
     outcome = reply.get("outcome")
     message = str(reply.get("message") or outcome)
-    if outcome == "unknown":
+    if outcome == Outcome.UNKNOWN:
         exc = UnknownOutcome(message)
         exc.op_id = reply.get("op_id")
         exc.call_id = cid
         return exc
-    if outcome == "diverged":
+    if outcome == Outcome.DIVERGED:
         return ReplayDivergence(message, journal=reply.get("journal"),
                                 code_side=reply.get("code"))
-    if outcome == "failed":
+    if outcome == Outcome.FAILED:
         err = reply.get("error") or {}
         etype = str(err.get("type", "")) if isinstance(err, dict) else ""
         emsg = str(err.get("message", "")) if isinstance(err, dict) else str(err)
         return CallFailed(f"call {cid} failed the first time ({etype}: {emsg}); replaying "
                           "that failure", error_type=etype, error=emsg, call_id=cid)
-    if outcome == "version_changed":
+    if outcome == Outcome.VERSION_CHANGED:
         return RunVersionChanged(message, old=reply.get("old"), new=reply.get("new"))
-    if outcome == "not_active":
+    if outcome == Outcome.NOT_ACTIVE:
         return RunNotActive(message, status=reply.get("status"))
     return A2HError(f"unexpected reply to a run frame: {reply!r}")
 
@@ -379,37 +407,21 @@ _RESUMABLE = (UnknownOutcome, ReplayDivergence, RunVersionChanged, RunNotActive,
               RetryableError, Overloaded)
 
 
-class RunsMixin:
-    """Run and journal methods of :class:`client_sdk.Hub`."""
+class Runs:
+    """The run and journal methods of :class:`client_sdk.Hub` (it holds one of these)."""
 
-    if TYPE_CHECKING:
-        async def _call(self, frame: dict[str, Any],
-                        timeout: float | None = None) -> dict[str, Any]: ...
-        async def _ready(self, timeout: float | None) -> None: ...
-        async def _request(self, frame: dict[str, Any],
-                           timeout: float | None = 30.0) -> dict[str, Any]: ...
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
 
-    async def _run_frame(self, frame: dict[str, Any], timeout: float = 30.0,
-                         reconnect_timeout: float = 120.0) -> dict[str, Any]:
-        """Send a run frame; across a dropped socket, re-send it after the reconnect.
+    async def frame(self, frame: dict[str, Any], timeout: float = REPLY_GRACE,
+                    reconnect_timeout: float = 120.0) -> dict[str, Any]:
+        """Send a run frame; across a dropped socket or a rate limit, send it again.
 
         Every run frame is safe to repeat: the hub fences by execution and position, so a
         re-sent frame finds its own earlier effect (``running`` by this execution, the same
         result, the same request) instead of making a second one.
         """
-        from client_sdk.client import _Disconnected
-
-        while True:
-            try:
-                return await self._call(dict(frame), timeout)
-            except _Disconnected:
-                try:
-                    await self._ready(reconnect_timeout)
-                except TimeoutError:
-                    raise ConnectionLost("could not reconnect to the hub") from None
-            except TimeoutError:
-                raise RetryableError(f"the hub did not answer {frame['type']} within "
-                                     f"{timeout:g} s") from None
+        return await self._conn.call_retrying(frame, timeout, retry_timeout=reconnect_timeout)
 
     @contextlib.asynccontextmanager
     async def run(self, run_id: str, *, conversation: str, version: str,
@@ -433,10 +445,10 @@ class RunsMixin:
         :class:`RunVersionChanged`, :class:`RunNotActive`, connection and retryable
         errors, and cancellation.
         """
-        reply = await self._run_frame({"type": T.RUN_BEGIN, "run_id": run_id,
-                                       "conversation": conversation, "version": version,
-                                       "escalate_to": escalate_to})
-        if reply.get("outcome") != "started":
+        reply = await self.frame({"type": T.RUN_BEGIN, "run_id": run_id,
+                                  "conversation": conversation, "version": version,
+                                  "escalate_to": escalate_to})
+        if reply.get("outcome") != Outcome.STARTED:
             raise _outcome_error(reply, run_id)
         run = Run(self, run_id, conversation, version, str(reply["exec"]))
         try:
@@ -447,25 +459,27 @@ class RunsMixin:
         except Exception as exc:
             run._closed = True
             with contextlib.suppress(A2HError):
-                await self._run_frame({"type": T.RUN_END, "run_id": run_id, "exec": run._exec,
-                                       "ok": False, "error": f"{type(exc).__qualname__}: {exc}"})
+                await self.frame({"type": T.RUN_END, "run_id": run_id, "exec": run._exec,
+                                  "ok": False, "error": f"{type(exc).__qualname__}: {exc}"})
             raise
         except BaseException:  # cancelled or exiting: interrupted, resumable
             run._closed = True
             raise
         run._closed = True
-        end = await self._run_frame({"type": T.RUN_END, "run_id": run_id, "exec": run._exec,
-                                     "ok": True, "calls": run._next})
-        if end.get("outcome") != "recorded":
+        end = await self.frame({"type": T.RUN_END, "run_id": run_id, "exec": run._exec,
+                                "ok": True, "calls": run._next})
+        if end.get("outcome") != Outcome.RECORDED:
             raise _outcome_error(end, run_id)
 
     async def runs(self, status: str | None = None, *, limit: int = 100) -> list[RunInfo]:
         """The runs of this tenant, most recently changed first.
 
         Args:
-            status: only ``active``, ``completed``, ``failed`` or ``needs_attention``.
+            status: only ``active``, ``completed``, ``failed`` or ``needs_attention``
+                (:class:`hub.protocol.RunStatus`).
         """
-        reply = await self._request({"type": T.RUN_LIST, "status": status, "limit": limit})
+        reply = await self._conn.call_retrying({"type": T.RUN_LIST, "status": status,
+                                                "limit": limit})
         return [RunInfo.from_view(v) for v in reply["runs"]]
 
     async def pending(self) -> list[Item]:
@@ -473,5 +487,5 @@ class RunsMixin:
         and unknown-outcome item of its tenant's runs. Read from the store, so it holds
         across restarts of the hub and of the agent. (A human lists theirs with
         :meth:`~client_sdk.Hub.inbox`.)"""
-        reply = await self._request({"type": T.RUN_PENDING})
+        reply = await self._conn.call_retrying({"type": T.RUN_PENDING})
         return [Item.from_view(v) for v in reply["items"]]

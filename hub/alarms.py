@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hub.clock import Clock
+from hub.faults import crash_point
 from hub.store import Due, Store
 
 log = logging.getLogger("a2h.alarms")
@@ -51,6 +52,7 @@ class Alarms:
         self.last_lag = 0.0
         self._next_sweep = 0.0
         self._next_purge = 0.0
+        self._first_sweep = True
 
     def set(self, tenant: str, conversation: str, op_id: str, deadline: float) -> None:
         self._live[(tenant, op_id)] = deadline
@@ -93,6 +95,9 @@ class Alarms:
                 continue
             fired[key] = now
             self._fire(d, now)
+            if self._first_sweep:
+                crash_point("startup.recovery")
+        self._first_sweep = False
         return len(dues)
 
     async def run(self) -> None:

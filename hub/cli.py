@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -37,6 +36,10 @@ _HELP = {
     "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
     "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
     "log_level": "debug, info, warning or error",
+    "max_conns_per_ip": "open connections one client address may hold (0: no limit)",
+    "header_timeout": "seconds a client has to send a request's headers",
+    "max_pending_bytes_per_tenant": "bytes the pending requests of one tenant may hold",
+    "metrics_public": "serve /metrics without an admin token",
     "bootstrap_tenant": "tenant created on the first start of an empty store",
     "bootstrap_human": "human created on the first start of an empty store",
 }
@@ -103,28 +106,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def token_command(args: argparse.Namespace) -> int:
-    from hub.store import NewerDatabase, Role
-    from hub.store.sqlite import issue_token, revoke_token_file
+    """Create or revoke a token through the store, whether or not a hub runs on it."""
+    import time
+
+    from hub.store import NewerDatabase, Role, UnsupportedStore, open_store
+
+    async def run() -> int:
+        store = open_store(args.db)
+        await store.open()
+        try:
+            if args.token_command == "create":
+                if args.agent:
+                    role, name = Role.AGENT, args.agent
+                elif args.human:
+                    role, name = Role.HUMAN, args.human
+                else:
+                    role, name = Role.ADMIN, args.admin
+                expires = None if args.expires_in is None else time.time() + args.expires_in
+                print(await store.create_token(args.tenant, role, name, expires))
+                return 0
+            ok = await store.revoke_token(args.token, time.time())
+            print("revoked" if ok else "no such active token", file=sys.stderr)
+            return 0 if ok else EXIT_ERROR
+        finally:
+            await store.close()
 
     try:
-        if args.token_command == "create":
-            if args.agent:
-                role, name = Role.AGENT, args.agent
-            elif args.human:
-                role, name = Role.HUMAN, args.human
-            else:
-                role, name = Role.ADMIN, args.admin
-            expires = None
-            if args.expires_in is not None:
-                import time
-
-                expires = time.time() + args.expires_in
-            print(issue_token(args.db, args.tenant, role, name, expires))
-            return 0
-        ok = revoke_token_file(args.db, args.token)
-        print("revoked" if ok else "no such active token", file=sys.stderr)
-        return 0 if ok else EXIT_ERROR
-    except NewerDatabase as exc:
+        return asyncio.run(run())
+    except (NewerDatabase, UnsupportedStore) as exc:
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
 
@@ -185,38 +194,32 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def bootstrap(settings: Settings) -> tuple[str, str] | None:
     """On an empty store: create the default tenant, a human and an agent token."""
-    from hub.store import Role
-    from hub.store.sqlite import connect_sync, create_token_sync, new_token
+    from hub.store import open_store
 
-    conn = connect_sync(settings.db, settings.sync.upper())
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        if conn.execute("SELECT 1 FROM tokens LIMIT 1").fetchone():
-            conn.execute("COMMIT")
-            return None
-        human = new_token(Role.HUMAN)
-        agent = new_token(Role.AGENT)
-        create_token_sync(conn, human, settings.bootstrap_tenant, Role.HUMAN,
-                          settings.bootstrap_human)
-        create_token_sync(conn, agent, settings.bootstrap_tenant, Role.AGENT, "default")
-        conn.execute("COMMIT")
-        return human, agent
-    finally:
-        conn.close()
+    async def run() -> tuple[str, str] | None:
+        store = open_store(settings.db, synchronous=settings.sync)
+        await store.open()
+        try:
+            return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from hub.logs import configure as configure_logging
     from hub.server import create_app
-    from hub.store import NewerDatabase
+    from hub.server.connections import ConnectionGuard, protocols
+    from hub.store import NewerDatabase, UnsupportedStore
 
     settings = settings_from_args(args)
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(settings.log_level)
     try:
         first = bootstrap(settings)
-    except NewerDatabase as exc:
+    except (NewerDatabase, UnsupportedStore) as exc:
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -235,23 +238,27 @@ def serve(args: argparse.Namespace) -> int:
         loop = "uvloop"
     except ImportError:  # pragma: no cover
         loop = "asyncio"
+    guard = ConnectionGuard(max_per_ip=settings.max_conns_per_ip,
+                            header_timeout=settings.header_timeout)
+    http_protocol, ws_protocol = protocols(guard)
     config = uvicorn.Config(
-        app, ws="websockets-sansio", ws_per_message_deflate=False,
+        app, http=http_protocol, ws=ws_protocol, ws_per_message_deflate=False,
         ws_max_size=settings.max_frame,
         ws_ping_interval=settings.heartbeat or None, ws_ping_timeout=settings.heartbeat or None,
         loop=loop, lifespan="on", log_level=settings.log_level.lower(), access_log=False,
-        proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
+        log_config=None, proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=5,
     )
     hub = app.state.hub
+    app.state.connection_guard = guard
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
             # Graceful shutdown: stop accepting (uvicorn), tell every client to reconnect
-            # after a jittered pause, let those frames drain, then uvicorn closes the sockets
-            # with 1012 and waits for the tasks to finish.
+            # after a jittered pause, let those frames drain (bounded), then uvicorn closes
+            # the sockets with 1012 and waits for the tasks to finish.
             hub.announce_restart()
-            await asyncio.sleep(0.05)
+            await hub.gateway.drain(timeout=1.0)
             await super().shutdown(sockets)
 
     server = Server(config)

@@ -25,6 +25,12 @@ class Settings:
     outbox_bytes: int = 1024 * 1024
     #: Seconds resolved requests are kept (idempotency and audit) before deletion.
     retention: float = 24 * 3600.0
+    #: Bus between hub nodes (``nats://HOST:PORT``); empty: this node serves alone.
+    bus: str = ""
+    #: Seconds between two reads of what changed in the store (multi-node safety net).
+    reconcile_interval: float = 2.0
+    #: Fraction of outgoing bus wake-ups to drop on purpose (tests only).
+    bus_drop: float = 0.0
     #: Seconds between sweeps of the store for overdue deadlines.
     alarm_sweep: float = 1.0
     #: Seconds between SSE keep-alive comments on a streaming chat completion.
@@ -44,14 +50,21 @@ class Settings:
     burst: float = 400.0
     #: Open WebSockets per token.
     max_sockets_per_token: int = 256
-    #: Pending requests per tenant.
+    #: Pending requests per tenant ...
     max_pending_per_tenant: int = 100_000
+    #: ... and the bytes they may hold together (question, choices, context, default, form).
+    max_pending_bytes_per_tenant: int = 128 * 1024 * 1024
     #: Characters in a question.
     max_question_chars: int = 16_000
     #: Choices in a question.
     max_choices: int = 50
     #: Bytes of a request's context, JSON-encoded.
     max_context_bytes: int = 48 * 1024
+    #: Open connections one client address may hold (0: no limit; behind a proxy, every
+    #: connection comes from the proxy).
+    max_conns_per_ip: int = 4096
+    #: Seconds a client has to send a request's headers before the connection is closed.
+    header_timeout: float = 10.0
     #: Journal entries in one run.
     max_journal_entries: int = 10_000
     #: Serve /metrics without a token (else it needs an admin bearer token).

@@ -355,6 +355,10 @@ class RoomCore:
             # Another human's request looks exactly like a missing one: no oracle.
             return _reply_error(NotFound("no such request"))
         if req.terminal:
+            if _same_answer(req, ev):
+                # The same person sending the same answer again (a retry across a lost
+                # connection): it committed, so they get it back, not an error.
+                return Decision(after=[Replied(request=req)])
             return _reply_error(AlreadyResolved("request already resolved", request=req.view()))
         try:
             value = validate_answer(req, ev.status, ev.value)
@@ -393,6 +397,22 @@ class RoomCore:
         """Drop resolved requests from the cache (the store keeps them)."""
         for op_id in [k for k, r in self.requests.items() if r.terminal]:
             del self.requests[op_id]
+
+
+def _same_answer(req: Request, ev: AnswerSubmitted) -> bool:
+    """Whether a terminal ``req`` holds exactly what ``ev`` would have stored: same person,
+    same status, the same value as JSON (so ``1`` and ``true`` differ)."""
+    if req.actor != f"human:{ev.handle}" or req.status is not ev.status:
+        return False
+    try:
+        value = validate_answer(req, ev.status, ev.value)
+    except Invalid:
+        return False
+    opt = orjson.OPT_SORT_KEYS
+    try:
+        return orjson.dumps(value, option=opt) == orjson.dumps(req.value, option=opt)
+    except TypeError:
+        return False
 
 
 def validate_answer(req: Request, status: Status, value: Any) -> Any:

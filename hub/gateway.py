@@ -9,8 +9,10 @@ is closed with ``CloseCode.RESYNC`` and its queue is dropped. Nothing is lost: e
 pushed fact is committed, so the client re-reads the store when it reconnects. A slow
 socket never blocks a room, the publisher, or another socket.
 
-Tags: ``inbox:<tenant>:<handle>`` (inbox sockets of one human), ``op:<tenant>:<op_id>``
-(waiters on one request), ``token:<hash>`` (every socket of one token, for revocation).
+Tags are tuples, never joined strings (invariant 9): ``("inbox", tenant, handle)`` (inbox
+sockets of one human), ``("op", tenant, op_id)`` (waiters on one request), ``("token",
+hash)`` (every socket of one token, for revocation). Two tenants' names can therefore never
+produce the same tag, whatever characters they contain.
 """
 
 from __future__ import annotations
@@ -26,19 +28,19 @@ from hub.protocol import CloseCode
 
 log = logging.getLogger("a2h.gateway")
 
-_ids = itertools.count(1)
+Tag = tuple[str, ...]
 
 
-def inbox_tag(tenant: str, handle: str) -> str:
-    return f"inbox:{tenant}:{handle}"
+def inbox_tag(tenant: str, handle: str) -> Tag:
+    return ("inbox", tenant, handle)
 
 
-def op_tag(tenant: str, op_id: str) -> str:
-    return f"op:{tenant}:{op_id}"
+def op_tag(tenant: str, op_id: str) -> Tag:
+    return ("op", tenant, op_id)
 
 
-def token_tag(token_hash: str) -> str:
-    return f"token:{token_hash}"
+def token_tag(token_hash: str) -> Tag:
+    return ("token", token_hash)
 
 
 class Connection:
@@ -48,9 +50,9 @@ class Connection:
     def __init__(self, send: Callable[[str], Coroutine[Any, Any, None]],
                  close: Callable[[int, str], Awaitable[None]], *, limit: int,
                  meta: Any = None) -> None:
-        self.id = next(_ids)
+        self.id = 0  # given by Gateway.add
         self.meta = meta
-        self.tags: set[str] = set()
+        self.tags: set[Tag] = set()
         self._send = send
         self._close = close
         self._queue: deque[str] = deque()
@@ -136,21 +138,21 @@ class Connection:
             pass
 
     async def aclose(self) -> None:
-        """Called by the owning session on exit: wait for or cancel the writer task."""
+        """Called by the owning session on exit: cancel the writer task and give the close
+        handshake up to 5 s. ``asyncio.wait`` never raises the tasks' own outcome, so the
+        caller's cancellation, if any, is the only one that propagates."""
         self.closed = True
         task = self._task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await asyncio.wait([task])
         closing = self._closing
         if closing is not None:
-            try:
-                await asyncio.wait_for(closing, 5)
-            except (TimeoutError, asyncio.CancelledError, Exception):
-                pass
+            _, pending = await asyncio.wait([closing], timeout=5)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending)
 
 
 async def _finish(coro: Any, pending: Any) -> None:
@@ -178,13 +180,15 @@ class Gateway:
     """Connection registry with tags and fan-out."""
 
     def __init__(self) -> None:
-        self._tags: dict[str, set[Connection]] = {}
+        self._tags: dict[Tag, set[Connection]] = {}
         self.connections: set[Connection] = set()
+        self._ids = itertools.count(1)
         self.published = 0
         self.delivered = 0
         self.resyncs = 0
 
     def add(self, conn: Connection) -> None:
+        conn.id = next(self._ids)
         self.connections.add(conn)
 
     def remove(self, conn: Connection) -> None:
@@ -197,11 +201,11 @@ class Gateway:
                     del self._tags[tag]
         conn.tags.clear()
 
-    def subscribe(self, conn: Connection, tag: str) -> None:
+    def subscribe(self, conn: Connection, tag: Tag) -> None:
         self._tags.setdefault(tag, set()).add(conn)
         conn.tags.add(tag)
 
-    def unsubscribe(self, conn: Connection, tag: str) -> None:
+    def unsubscribe(self, conn: Connection, tag: Tag) -> None:
         members = self._tags.get(tag)
         if members is not None:
             members.discard(conn)
@@ -209,10 +213,10 @@ class Gateway:
                 del self._tags[tag]
         conn.tags.discard(tag)
 
-    def members(self, tag: str) -> list[Connection]:
+    def members(self, tag: Tag) -> list[Connection]:
         return list(self._tags.get(tag, ()))
 
-    def publish(self, tag: str, text: str, *, drop: bool = False) -> int:
+    def publish(self, tag: Tag, text: str, *, drop: bool = False) -> int:
         """Push one encoded frame to every member of ``tag``; ``drop`` ends the tag."""
         members = self._tags.pop(tag, None) if drop else self._tags.get(tag)
         if not members:
@@ -230,7 +234,15 @@ class Gateway:
         self.delivered += n
         return n
 
-    def close_tag(self, tag: str, code: int, reason: str) -> int:
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every connection has handed its queued frames
+        to its transport. Sends to writable sockets complete at once, so only the writer
+        tasks of paused sockets are waited on."""
+        tasks = [c._task for c in self.connections if c._task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    def close_tag(self, tag: Tag, code: int, reason: str) -> int:
         members = self._tags.get(tag)
         if not members:
             return 0

@@ -78,10 +78,6 @@ class EntryKind(enum.StrEnum):
     INTERRUPT = "interrupt"
 
 
-
-
-
-
 TERMINAL_RUN = frozenset({RunStatus.COMPLETED, RunStatus.FAILED})
 
 #: Every legal transition of both machines, keyed by the state's enum:
@@ -118,8 +114,6 @@ TRANSITIONS: dict[type[enum.Enum], dict[Any, frozenset[Any]]] = {
 DEFAULT_INTERRUPT_EXPIRY = 24 * 3600.0
 #: How long a settlement request for an unknown outcome stays answerable.
 SETTLEMENT_EXPIRY = 7 * 24 * 3600.0
-#: Characters of a call's arguments shown in the inbox.
-ARGS_PREVIEW_CHARS = 2000
 
 
 class IllegalTransition(Exception):

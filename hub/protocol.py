@@ -716,7 +716,8 @@ class FrameError(HubError):
     """A frame that could not be decoded; ``frame_id`` is echoed when it could be read."""
 
     def __init__(self, inner: HubError, frame_id: int | None) -> None:
-        super().__init__(inner.message)
+        super().__init__(inner.message, request=inner.request, retry_after=inner.retry_after,
+                         param=inner.param)
         self.code = inner.code
         self.frame_id = frame_id
 

@@ -29,6 +29,7 @@ from hub.core import (
     Replied,
     RoomCore,
 )
+from hub.faults import crash_point
 from hub.protocol import Overloaded, RetryLater
 from hub.store import Store
 
@@ -90,6 +91,8 @@ class Room:
 
     async def _step(self) -> None:
         host = self.host
+        if host.validate:
+            self.core = None  # a cache validated against the store: re-read it
         if self.core is None:
             try:
                 reqs = await host.store.load_room(*self.key)
@@ -139,6 +142,8 @@ class Room:
             for env, _ in decisions:
                 _reply(env, Replied(error=RetryLater("store unavailable; retry")))
             return
+        if ops:
+            crash_point("room.after_commit")
         i = 0
         for env, d in decisions:
             n = len(d.ops)
@@ -171,15 +176,22 @@ class Room:
         return d2
 
     def _carry_out(self, env: Envelope, d: Decision) -> None:
+        """Pushes first, then the caller's reply (the pushes are the fast path to everyone
+        else; the reply is the caller's acknowledgement)."""
         emit = self.host.emit
+        replies = []
         for eff in d.after:
             if isinstance(eff, Replied):
-                _reply(env, eff)
+                replies.append(eff)
             else:
                 try:
                     emit(eff, env.rid)
                 except Exception:
                     log.exception("room=%s rid=%s effect failed", self.name, env.rid)
+        if d.ops:
+            crash_point("room.after_push")
+        for r in replies:
+            _reply(env, r)
 
     def _fail_all(self, exc: Exception) -> None:
         while self.mailbox:
@@ -199,7 +211,8 @@ class RoomHost:
 
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
-                 cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None) -> None:
+                 cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None,
+                 validate: bool = False) -> None:
         self.store = store
         self.clock = clock
         self.emit = emit
@@ -208,6 +221,8 @@ class RoomHost:
         self.max_batch = max_batch
         self.cache_terminal = cache_terminal
         self.on_loaded = on_loaded or (lambda core: None)
+        #: Re-read each room from the store before each batch (other nodes write it too).
+        self.validate = validate
         self.rooms: dict[RoomKey, Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweep_timer: Timer | None = None

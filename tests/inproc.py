@@ -18,8 +18,7 @@ from hub.clock import Clock
 from hub.config import Settings
 from hub.server import create_app
 from hub.service import HubService
-from hub.store import Role, Store
-from hub.store.sqlite import SQLiteStore
+from hub.store import Role, Store, open_store
 
 
 @dataclass
@@ -39,7 +38,7 @@ class Running:
 async def serve(tmp: Path, *, store: Store | None = None, clock: Clock | None = None,
                 **settings: object) -> AsyncIterator[Running]:
     s = Settings(db=str(tmp / "hub.db"), **settings)  # type: ignore[arg-type]
-    store = store or SQLiteStore(s.db)
+    store = store or open_store(s.db)
     app = create_app(s, store=store, clock=clock)
     hub: HubService = app.state.hub
     sock = socket.socket()

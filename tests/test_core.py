@@ -196,3 +196,43 @@ def test_payload_hash_ignores_wait_but_not_content() -> None:
     b = Ask(2, OpId("x"), "me", "Q", "c", wait=60)
     c = Ask(1, OpId("x"), "me", "Q", "c", choices=("y",))
     assert core.payload_hash(a) == core.payload_hash(b) != core.payload_hash(c)
+
+
+def test_the_same_answer_by_the_same_person_again_returns_it() -> None:
+    """A retry across a lost connection (issue 15, defect 10): the answer committed, so
+    sending it again returns it — one resolution, no second push."""
+    room = RoomCore("t", "c1")
+    room.handle(ask(choices=("yes", "no")), T0)
+    room.handle(AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED, "yes"), T0 + 2)
+    again = room.handle(AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED, "yes"), T0 + 3)
+    assert again.ops == [] and not any(isinstance(e, Resolved) for e in again.after)
+    (r,) = replies(again)
+    assert r.error is None and r.request is not None
+    assert (r.request.value, r.request.actor, r.request.resolved_at) == ("yes", "human:me", T0 + 2)
+    # Another value, another status, or another person still lose.
+    for ev in (AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED, "no"),
+               AnswerSubmitted(OpId("op1"), "me", Status.DECLINED, "yes")):
+        (r,) = replies(room.handle(ev, T0 + 4))
+        assert isinstance(r.error, AlreadyResolved), ev
+
+
+def test_a_repeated_approval_compares_the_stored_value() -> None:
+    room = RoomCore("t", "c1")
+    room.handle(ask(kind=Kind.APPROVAL), T0)
+    first = {"approved": True, "comment": "ok"}
+    room.handle(AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED, first), T0 + 1)
+    # The stored value is what validate_answer made of it: extra keys do not matter.
+    (r,) = replies(room.handle(AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED,
+                                               {"comment": "ok", "x": 1}), T0 + 2))
+    assert r.error is None and r.request is not None and r.request.value == first
+    (r,) = replies(room.handle(AnswerSubmitted(OpId("op1"), "me", Status.ANSWERED,
+                                               {"comment": "other"}), T0 + 2))
+    assert isinstance(r.error, AlreadyResolved)
+
+
+def test_a_repeated_answer_to_an_expired_request_is_already_resolved() -> None:
+    room = RoomCore("t", "c1")
+    room.handle(ask(expires_in=5.0), T0)
+    room.handle(DeadlineReached(OpId("op1")), T0 + 6)
+    (r,) = replies(room.handle(AnswerSubmitted(OpId("op1"), "me", Status.EXPIRED, None), T0 + 7))
+    assert isinstance(r.error, AlreadyResolved)  # actor "system": never the same person

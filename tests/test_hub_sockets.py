@@ -86,7 +86,7 @@ async def test_wait_elapses_into_pending_then_reattaches(tmp_path: Path) -> None
         first = await agent.ask("me", "Q?", conversation="c", wait=0.2)
         assert first.status == "pending" and first.op_id
         task = asyncio.create_task(agent.wait(first.op_id, wait=10))
-        await until(lambda: run.hub.gateway.members(f"op:default:{first.op_id}"))
+        await until(lambda: run.hub.gateway.members(("op", "default", first.op_id)))
         await human.respond(first.op_id, "later")
         assert (await task).value == "later"
         cancelled = await agent.ask("me", "Other?", conversation="c", wait=0)

@@ -1,9 +1,7 @@
-"""The journal core (hub/journal.py) with no event loop, then its SQL on a real SQLite file."""
+"""The journal core (hub/journal.py) with no event loop and no store. How a store applies
+its steps (per tenant, compare-and-set, fencing, purge) is in tests/test_store_contract.py."""
 
 from __future__ import annotations
-
-import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -316,63 +314,6 @@ def test_inbox_texts_show_the_call_and_its_arguments() -> None:
     assert set(j.SETTLEMENT_SCHEMA["properties"]["decision"]["enum"]) == \
         set(j.SETTLEMENT_CHOICES)
     assert "post_comment" in j.interrupt_question({"action": "post_comment"}, True)
-
-
-# ---------------------------------------------------------------------------- the SQL
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> sqlite3.Connection:
-    from hub.store.sqlite import connect_sync
-
-    c = connect_sync(tmp_path / "j.db", "NORMAL")
-    c.execute("INSERT INTO humans VALUES ('t', 'takeru', 0), ('u', 'ann', 0)")
-    return c
-
-
-def test_steps_round_trip_through_sqlite_per_tenant(conn: sqlite3.Connection) -> None:
-    from hub.store import journal_sql as sql
-
-    def begin(tenant: str, exec_id: str, version: str = "1") -> j.Step:
-        return sql.step_sync(conn, tenant, RunStarted(tenant, "r", "c", version, "agent:a",
-                                                      exec_id, SECRET), NOW)
-
-    def call(tenant: str, exec_id: str, pos: int, unsafe: bool = False) -> j.Step:
-        return sql.step_sync(conn, tenant, CallReached("r", exec_id, pos, EntryKind.CALL,
-                                                       "f", "h", unsafe, [pos]), NOW)
-
-    assert begin("t", "e1").outcome is Outcome.STARTED
-    assert begin("u", "x1").outcome is Outcome.STARTED  # same run id, another tenant
-    assert call("t", "e1", 0).outcome is Outcome.RUN
-    assert sql.step_sync(conn, "t", CallFinished("r", "e1", 0, True, {"n": 1}), NOW) \
-        .outcome is Outcome.RECORDED
-    # Unsafe with no escalate_to: the tenant's only human is asked.
-    assert call("t", "e1", 1, unsafe=True).outcome is Outcome.RUN
-    assert sql.load_run(conn, "t", "r").escalate_to == "takeru"  # type: ignore[union-attr]
-    assert begin("t", "e2").outcome is Outcome.STARTED
-    assert call("t", "e2", 0).result == {"n": 1}
-    unknown = call("t", "e2", 1, unsafe=True)
-    assert unknown.outcome is Outcome.UNKNOWN
-    assert sql.load_run(conn, "t", "r").status is RunStatus.NEEDS_ATTENTION  # type: ignore
-    # The other tenant's run is untouched.
-    assert call("u", "x1", 0).outcome is Outcome.RUN
-    assert sql.load_entry(conn, "u", "r", 1) is None
-    with pytest.raises(NotFound):
-        sql.step_sync(conn, "v", RunEnded("r", "e1", True), NOW)
-
-
-def test_finished_runs_are_purged_with_their_journal(conn: sqlite3.Connection) -> None:
-    from hub.store import journal_sql as sql
-
-    for tenant in ("t", "u"):
-        sql.step_sync(conn, tenant, RunStarted(tenant, "r", "c", "1", "agent:a", "e", SECRET),
-                      NOW)
-        sql.step_sync(conn, tenant, CallReached("r", "e", 0, EntryKind.CALL, "f", "h"), NOW)
-    sql.step_sync(conn, "t", RunEnded("r", "e", True), NOW + 10)
-    assert sql.purge_runs_sync(conn, NOW + 5) == 0  # finished after the cutoff
-    assert sql.purge_runs_sync(conn, NOW + 11) == 1
-    assert sql.load_run(conn, "t", "r") is None and sql.load_entry(conn, "t", "r", 0) is None
-    assert sql.load_entry(conn, "u", "r", 0) is not None  # active: kept
 
 
 def test_a_replay_that_ends_before_the_journal_does_diverges() -> None:

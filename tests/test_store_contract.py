@@ -1,38 +1,74 @@
-"""The store contract: every backend passes this suite (add a backend to BACKENDS)."""
+"""The store contract: every backend passes this suite, requests, tokens and the journal.
+
+Adding a backend is adding one entry to BACKENDS (the target ``open_store`` takes): the one
+fixture below runs every test over every backend. Backend-specific behaviour (files,
+pragmas, crash points) is tested beside the backend, e.g. tests/test_store_sqlite.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hub.core import AskReceived, Extend, Insert, Request, Resolve, RoomCore
-from hub.protocol import Ask, OpId, Status
-from hub.store import NewerDatabase, Role, Store
-from hub.store.sqlite import SQLiteStore
+from hub.journal import (
+    AskInterrupt,
+    AskSettlement,
+    CallFinished,
+    CallReached,
+    EntryKind,
+    InterruptResolved,
+    RunEnded,
+    RunStarted,
+)
+from hub.protocol import Ask, Conversation, Invalid, NotFound, OpId, Outcome, RunStatus, Status
+from hub.store import Role, Store, open_store
 
-BACKENDS: dict[str, Callable[[Path], Store]] = {
-    "sqlite": lambda tmp: SQLiteStore(tmp / "contract.db"),
+#: backend name -> the target open_store takes, given the test's temporary directory.
+BACKENDS: dict[str, Callable[[Path], str]] = {
+    "sqlite": lambda tmp: str(tmp / "contract.db"),
 }
+
+SECRET = "00" * 16
+MAX = 10_000
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    return lambda: BACKENDS[request.param](tmp_path)
+    target = BACKENDS[request.param](tmp_path)
+    return lambda: open_store(target)
+
+
+@contextlib.asynccontextmanager
+async def opened(make_store: Callable[[], Store]) -> AsyncIterator[Store]:
+    store = make_store()
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def new_request(op: str, conv: str = "c1", to: str = "me", now: float = 100.0,
-                expires_in: float | None = 50.0) -> Request:
-    room = RoomCore("t", conv)
-    d = room.handle(AskReceived(Ask(1, OpId(op), to, f"Q {op}", conv, expires_in=expires_in),
-                                "t", "agent:a"), now)
+                expires_in: float | None = 50.0, *, tenant: str = "t",
+                sender: str = "agent:a", question: str | None = None) -> Request:
+    room = RoomCore(tenant, conv)
+    ask = Ask(1, OpId(op), to, question or f"Q {op}", Conversation(conv), expires_in=expires_in)
+    d = room.handle(AskReceived(ask, tenant, sender), now)
     req = d.ops[0].request
     assert isinstance(req, Request)
     return req
+
+
+def resolved(req: Request, status: Status = Status.ANSWERED, at: float = 105.0) -> Request:
+    out = replace(req)
+    out.status, out.actor, out.resolved_at, out.value = status, "human:me", at, "ok"
+    return out
 
 
 async def test_tokens_sessions_and_revocation(make_store: Callable[[], Store]) -> None:
@@ -163,11 +199,224 @@ async def test_committed_data_survives_reopen(make_store: Callable[[], Store]) -
         await store.close()
 
 
-async def test_newer_database_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "newer.db"
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 999")
-    conn.close()
-    store = SQLiteStore(path)
-    with pytest.raises(NewerDatabase, match="upgrade a2h-hub"):
-        await store.open()
+async def test_tokens_are_listed_per_tenant_by_hash(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        tok = await store.create_token("t", Role.AGENT, "bot", expires_at=500.0)
+        await store.create_token("u", Role.HUMAN, "ann")
+        who = await store.principal(tok, 0)
+        assert who is not None and await store.principal_by_hash(who.token_hash, 0) == who
+        [info] = await store.list_tokens("t")
+        assert info["hash"] == who.token_hash and tok not in info.values()
+        assert (info["role"], info["name"], info["expires_at"], info["revoked_at"]) == \
+            ("agent", "bot", 500.0, None)
+        assert not await store.revoke_token(tok, 10.0, tenant="u")  # another tenant's token
+        assert await store.revoke_token(who.token_hash, 10.0, tenant="t")  # by its hash
+        assert (await store.list_tokens("t"))[0]["revoked_at"] == 10.0
+        session = await store.create_session((await store.list_tokens("u"))[0]["hash"], 0, 60)
+        assert await store.session_principal(session, 1.0) is not None
+        await store.end_session(session)
+        assert await store.session_principal(session, 1.0) is None
+
+
+async def test_bootstrap_creates_two_tokens_only_on_an_empty_store(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        first = await store.bootstrap("acme", "takeru")
+        assert first is not None
+        human, agent = first
+        h, a = await store.principal(human, 0), await store.principal(agent, 0)
+        assert h is not None and (h.tenant, h.role, h.name) == ("acme", Role.HUMAN, "takeru")
+        assert a is not None and (a.tenant, a.role, a.name) == ("acme", Role.AGENT, "default")
+        assert await store.list_humans("acme") == ["takeru"]
+        assert await store.bootstrap("acme", "takeru") is None
+        assert await store.bootstrap("other", "ann") is None  # not empty: nothing created
+        assert await store.list_humans("other") == []
+    async with opened(make_store) as store:  # a store with any token is not empty
+        assert await store.bootstrap("acme", "takeru") is None
+
+
+async def test_bootstrap_races_create_exactly_one_pair(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        results = await asyncio.gather(*(store.bootstrap("t", f"h{i}") for i in range(5)))
+        assert sum(r is not None for r in results) == 1
+        assert len(await store.list_tokens("t")) == 2
+
+
+async def test_pending_usage_counts_pending_requests_and_their_bytes(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        assert await store.pending_usage("t") == (0, 0)
+        small, big = new_request("small"), new_request("big", question="x" * 5000)
+        done = new_request("done", question="y" * 5000)
+        theirs = new_request("theirs", tenant="u", question="z" * 9000)
+        await store.apply([Insert(small), Insert(done), Insert(theirs)])
+        n, size = await store.pending_usage("t")
+        assert n == 2 and size >= 5000
+        await store.apply([Resolve(resolved(done))])
+        n, small_size = await store.pending_usage("t")
+        assert n == 1 and 0 < small_size < 5000  # resolved requests do not count
+        await store.apply([Insert(big)])
+        n, size = await store.pending_usage("t")
+        assert n == 2 and size >= small_size + 5000
+        assert (await store.pending_usage("u"))[0] == 1
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def begin(exec_id: str, *, tenant: str = "t", run_id: str = "r", version: str = "1",
+          escalate_to: str | None = None) -> RunStarted:
+    return RunStarted(tenant, run_id, "c", version, "agent:a", exec_id, SECRET, escalate_to)
+
+
+def call(exec_id: str, pos: int, *, unsafe: bool = False, run_id: str = "r",
+         name: str = "f") -> CallReached:
+    return CallReached(run_id, exec_id, pos, EntryKind.CALL, name, "h", unsafe, [pos])
+
+
+async def test_run_steps_round_trip_per_tenant(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.create_token("t", Role.HUMAN, "takeru")
+        await store.create_token("u", Role.HUMAN, "ann")
+        step = await store.run_step("t", begin("e1"), 100.0, MAX)
+        assert step.outcome is Outcome.STARTED and step.run is not None
+        assert (await store.run_step("u", begin("x1", tenant="u"), 100.0, MAX)).outcome \
+            is Outcome.STARTED  # the same run id in another tenant is another run
+        assert (await store.run_step("t", call("e1", 0), 101.0, MAX)).outcome is Outcome.RUN
+        done = await store.run_step("t", CallFinished("r", "e1", 0, True, {"n": 1}), 102.0, MAX)
+        assert done.outcome is Outcome.RECORDED
+        # Unsafe with no escalate_to: the tenant's only human will settle an unknown outcome.
+        assert (await store.run_step("t", call("e1", 1, unsafe=True), 103.0, MAX)).outcome \
+            is Outcome.RUN
+        # A new execution replays: the journaled result comes back, the call is not re-run.
+        assert (await store.run_step("t", begin("e2"), 110.0, MAX)).outcome is Outcome.STARTED
+        replay = await store.run_step("t", call("e2", 0), 111.0, MAX)
+        assert (replay.outcome, replay.result) == (Outcome.DONE, {"n": 1})
+        unknown = await store.run_step("t", call("e2", 1, unsafe=True), 112.0, MAX)
+        assert unknown.outcome is Outcome.UNKNOWN and unknown.op_id is not None
+        assert isinstance(unknown.ask, AskSettlement) and unknown.ask.run.escalate_to == "takeru"
+        [mine] = await store.list_runs("t")
+        assert mine.run.status is RunStatus.NEEDS_ATTENTION and mine.calls == 2
+        assert mine.view()["calls"] == 2 and "secret" not in mine.view()
+        # The other tenant's run is untouched: no entries, still active.
+        [theirs] = await store.list_runs("u")
+        assert (theirs.run.status, theirs.calls) == (RunStatus.ACTIVE, 0)
+        with pytest.raises(NotFound):
+            await store.run_step("v", RunEnded("r", "e1", True), 120.0, MAX)
+
+
+async def test_a_refused_step_writes_nothing(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:  # no human in the tenant to settle with
+        await store.run_step("t", begin("e1"), 100.0, MAX)
+        with pytest.raises(Invalid):
+            await store.run_step("t", call("e1", 0, unsafe=True), 101.0, MAX)
+        assert (await store.list_runs("t"))[0].calls == 0
+        assert (await store.run_step("t", call("e1", 0), 102.0, MAX)).outcome is Outcome.RUN
+
+
+async def test_journal_steps_are_compare_and_set(make_store: Callable[[], Store]) -> None:
+    """Concurrent steps on one entry (one group commit, or several): the first decision
+    wins and a later one sees it, never a second outcome."""
+    async with opened(make_store) as store:
+        await store.run_step("t", begin("e1"), 100.0, MAX)
+        # The same call reached twice at once by one execution: journaled once.
+        a, b = await asyncio.gather(store.run_step("t", call("e1", 0), 101.0, MAX),
+                                    store.run_step("t", call("e1", 0), 101.0, MAX))
+        assert (a.outcome, b.outcome) == (Outcome.RUN, Outcome.RUN)
+        assert (a.write_entry is None) != (b.write_entry is None)
+        # Two results for it at once: the first is recorded, the second changes nothing.
+        results = await asyncio.gather(*(
+            store.run_step("t", CallFinished("r", "e1", 0, True, {"v": i}), 102.0, MAX)
+            for i in range(5)))
+        writers = [i for i, s in enumerate(results) if s.write_entry is not None]
+        assert len(writers) == 1 and all(s.outcome is Outcome.RECORDED for s in results)
+        await store.run_step("t", begin("e2"), 110.0, MAX)
+        replay = await store.run_step("t", call("e2", 0), 111.0, MAX)
+        assert replay.result == {"v": writers[0]}
+        # An interrupt resolved twice: the first resolution stays.
+        ask = await store.run_step("t", CallReached("r", "e2", 1, EntryKind.INTERRUPT,
+                                                    "interrupt", "p"), 112.0, MAX)
+        assert isinstance(ask.ask, AskInterrupt) and ask.op_id is not None
+        first, second = await asyncio.gather(
+            store.run_step("t", InterruptResolved("r", 1, {"value": "yes"}), 113.0, MAX),
+            store.run_step("t", InterruptResolved("r", 1, {"value": "no"}), 113.0, MAX))
+        assert first.result == second.result == {"value": "yes"}
+
+
+async def test_a_stale_execution_is_fenced_off(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.run_step("t", begin("old"), 100.0, MAX)
+        assert (await store.run_step("t", call("old", 0), 101.0, MAX)).outcome is Outcome.RUN
+        await store.run_step("t", begin("new"), 102.0, MAX)  # another process took it over
+        for event in (call("old", 1), RunEnded("r", "old", True)):
+            step = await store.run_step("t", event, 103.0, MAX)
+            assert step.outcome is Outcome.NOT_ACTIVE
+            assert "started again by another process" in step.message
+        # What the old process did before it was fenced still counts (a fact)...
+        recorded = await store.run_step("t", CallFinished("r", "old", 0, True, 7), 104.0, MAX)
+        assert recorded.outcome is Outcome.RECORDED
+        # ...and the new execution goes on with it.
+        assert (await store.run_step("t", call("new", 0), 105.0, MAX)).result == 7
+        ended = await store.run_step("t", RunEnded("r", "new", True), 106.0, MAX)
+        assert ended.run is not None and ended.run.status is RunStatus.COMPLETED
+        [summary] = await store.list_runs("t")
+        assert summary.run.status is RunStatus.COMPLETED and summary.run.exec_id == "new"
+
+
+async def test_list_runs_by_status_newest_first(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        for i, run_id in enumerate(("a", "b", "c")):
+            await store.run_step("t", begin("e", run_id=run_id), 100.0 + i, MAX)
+        await store.run_step("t", RunEnded("b", "e", True), 110.0, MAX)
+        await store.run_step("t", begin("e", tenant="u", run_id="z"), 100.0, MAX)
+        assert [s.run.run_id for s in await store.list_runs("t")] == ["b", "c", "a"]
+        assert [s.run.run_id for s in await store.list_runs("t", RunStatus.ACTIVE)] == \
+            ["c", "a"]
+        assert [s.run.run_id for s in await store.list_runs("t", RunStatus.COMPLETED)] == ["b"]
+        assert [s.run.run_id for s in await store.list_runs("t", limit=1)] == ["b"]
+        assert [s.run.run_id for s in await store.list_runs("u")] == ["z"]
+
+
+async def test_run_pending_lists_what_an_agent_waits_on(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.run_step("t", begin("e1"), 100.0, MAX)
+        step = await store.run_step("t", CallReached("r", "e1", 0, EntryKind.INTERRUPT,
+                                                     "interrupt", "p", to="me"), 101.0, MAX)
+        assert step.op_id is not None
+        # The interrupt's request was opened by another agent of the tenant (a restart).
+        interrupt = new_request(step.op_id, sender="agent:other", expires_in=90)
+        mine = new_request("mine", expires_in=10)
+        others = new_request("others", sender="agent:other")
+        answered = new_request("answered")
+        elsewhere = new_request("mine", tenant="u")
+        await store.apply([Insert(r) for r in (interrupt, mine, others, answered, elsewhere)])
+        await store.apply([Resolve(resolved(answered))])
+        pending = await store.run_pending("t", "agent:a")
+        assert [r.op_id for r in pending] == ["mine", step.op_id]  # by deadline
+        assert all(r.tenant == "t" for r in pending)
+        assert [r.op_id for r in await store.run_pending("t", "agent:a", limit=1)] == ["mine"]
+        # Once journaled as done, the interrupt is nobody's to wait on.
+        await store.run_step("t", InterruptResolved("r", 0, {"value": "ok"}), 102.0, MAX)
+        assert [r.op_id for r in await store.run_pending("t", "agent:a")] == ["mine"]
+
+
+async def test_purge_removes_finished_runs_and_keeps_active_ones(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        for tenant in ("t", "u"):
+            await store.run_step(tenant, begin("e", tenant=tenant), 100.0, MAX)
+            await store.run_step(tenant, call("e", 0), 101.0, MAX)
+        await store.run_step("t", RunEnded("r", "e", True), 110.0, MAX)
+        await store.run_step("t", begin("e", run_id="failed"), 100.0, MAX)
+        await store.run_step("t", RunEnded("failed", "e", False, "boom"), 120.0, MAX)
+        assert await store.purge(105.0) == 0  # finished after the cutoff
+        assert await store.purge(111.0) == 1
+        assert [s.run.run_id for s in await store.list_runs("t")] == ["failed"]
+        assert await store.purge(121.0) == 1
+        assert await store.list_runs("t") == []
+        # Its journal went with it: the same run id starts afresh.
+        step = await store.run_step("t", begin("e2"), 130.0, MAX)
+        assert step.outcome is Outcome.STARTED
+        assert (await store.run_step("t", call("e2", 0), 131.0, MAX)).outcome is Outcome.RUN
+        [active] = await store.list_runs("u")  # active: kept, with its journal
+        assert (active.run.status, active.calls) == (RunStatus.ACTIVE, 1)

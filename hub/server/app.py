@@ -13,9 +13,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hub.clock import Clock
 from hub.config import Settings
 from hub.server import admin, ops, session
+from hub.server.runs_api import frame_handlers as run_frame_handlers
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
-from hub.store import Store
+from hub.store import Store, open_store
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 
@@ -57,9 +58,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                clock: Clock | None = None, web_dir: Path | None = None) -> Starlette:
     settings = settings or Settings()
     if store is None:
-        from hub.store.sqlite import SQLiteStore
-
-        store = SQLiteStore(settings.db, synchronous=settings.sync)
+        store = open_store(settings.db, synchronous=settings.sync)
     hub = HubService(settings, store, clock)
 
     @contextlib.asynccontextmanager
@@ -82,12 +81,13 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
     app.state.hub = hub
+    # WebSocket frames beyond the core set, by frame type (ws.Session dispatches them).
+    app.state.frame_handlers = run_frame_handlers()
     return app
 
 
 def extra_routes() -> list[Route]:
-    """Routes of the HTTP API, the OpenAI-compatible endpoint and runs (importing runs_api
-    also registers its WebSocket frames in ws.EXTENSIONS)."""
-    from hub.server import http_api, openai_compat, runs_api
+    """Routes of the HTTP API and the OpenAI-compatible endpoint."""
+    from hub.server import http_api, openai_compat
 
-    return [*http_api.routes(), *openai_compat.routes(), *runs_api.routes()]
+    return [*http_api.routes(), *openai_compat.routes()]

@@ -1,14 +1,15 @@
 """WebSocket frames for durable runs (issue 6): the shell around ``hub.journal``.
 
-Importing this module registers its frame handlers in ``hub.server.ws.EXTENSIONS``
-(``hub.server.app.extra_routes`` imports it when it exists). Every run frame needs an
-agent token; the tenant comes from the token (invariant 9).
+``create_app`` registers :func:`frame_handlers` with the WebSocket endpoint. Every run
+frame needs an agent token; the tenant comes from the token (invariant 9). The journal's
+rules are ``hub.journal``'s; ``Store.run_step`` applies its decisions in one transaction.
 
-Each handler checks the role, then hands the frame to a task so that one socket can have
-many run frames in flight (a journal step waits for a group commit; an interrupt waits
-for a human up to its ``wait``). This module owns those tasks: each lives for one commit
-or one bounded wait, a connection may have at most ``MAX_IN_FLIGHT`` of them (more is
-``overloaded``, invariant 8), and every failure is answered with an ``error`` frame.
+Each handler checks the role, then hands the frame to a task of the socket's session
+(``Session.spawn``) so that one socket can have many run frames in flight (a journal step
+waits for a group commit; an interrupt waits for a human up to its ``wait``). Each task
+lives for one commit or one bounded wait, a connection may have at most ``MAX_IN_FLIGHT``
+of them (more is ``overloaded``, invariant 8), every failure is answered with an ``error``
+frame, and the session cancels and awaits the ones left when its socket closes.
 
 Order of effects (invariant 1): a step's journal writes commit first; only then does the
 hub open an interrupt's or a settlement's request (by an op_id derived from the call_id,
@@ -17,17 +18,15 @@ so doing it again after a crash re-attaches) and reply.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
-import weakref
 from collections.abc import Coroutine
 from typing import Any
 
 import orjson
-from starlette.routing import Route
 
+from hub.faults import crash_point
 from hub.journal import (
     DEFAULT_INTERRUPT_EXPIRY,
     SETTLEMENT_CHOICES,
@@ -66,41 +65,40 @@ from hub.protocol import (
     RunList,
     RunPending,
     RunResult,
-    T,
+    RunStatus,
+    ok_frame,
 )
-from hub.server import ws
-from hub.server.ws import Session
-from hub.service import HubService
-from hub.store import Role, StoreError, journal_sql
+from hub.server.ws import FrameHandler, Session
+from hub.service import listing
+from hub.store import Role, StoreError
 
 log = logging.getLogger("a2h.runs")
 
 #: Run frames one connection may have in flight before the hub answers ``overloaded``.
 MAX_IN_FLIGHT = 1024
 
-_in_flight: weakref.WeakKeyDictionary[Session, int] = weakref.WeakKeyDictionary()
-_tasks: set[asyncio.Task[None]] = set()
-# When each store last purged finished runs (piggybacked on run.begin: see _maybe_purge).
-_last_purge: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
-
-def routes() -> list[Route]:
-    """No HTTP routes yet: runs are driven over the WebSocket."""
-    return []
+def frame_handlers() -> dict[type, FrameHandler]:
+    """Run frame type -> handler, for the WebSocket endpoint (``create_app``)."""
+    return {
+        RunBegin: on_begin,
+        RunCall: on_call,
+        RunResult: on_result,
+        RunInterrupt: on_interrupt,
+        RunEnd: on_end,
+        RunList: on_list,
+        RunPending: on_pending,
+    }
 
 
 # ---------------------------------------------------------------------------- plumbing
 
 
 def _spawn(session: Session, fid: int, work: Coroutine[Any, Any, None]) -> None:
-    n = _in_flight.get(session, 0)
-    if n >= MAX_IN_FLIGHT:
+    if session.in_flight >= MAX_IN_FLIGHT:
         work.close()
         raise Overloaded(f"more than {MAX_IN_FLIGHT} run frames in flight on this connection")
-    _in_flight[session] = n + 1
-    task = asyncio.get_running_loop().create_task(_guarded(session, fid, work))
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    session.spawn(_guarded(session, fid, work))
 
 
 async def _guarded(session: Session, fid: int, work: Coroutine[Any, Any, None]) -> None:
@@ -114,8 +112,6 @@ async def _guarded(session: Session, fid: int, work: Coroutine[Any, Any, None]) 
     except Exception:
         log.exception("rid=%s run frame failed", session.rid(fid))
         session.send_error(RetryLater("internal error"), fid)
-    finally:
-        _in_flight[session] = _in_flight.get(session, 1) - 1
 
 
 def _require_agent(session: Session, what: str) -> None:
@@ -123,25 +119,16 @@ def _require_agent(session: Session, what: str) -> None:
         raise Denied(f"a {session.who.role.value} token cannot send {what}")
 
 
-def _store(hub: HubService) -> Any:
-    store = hub.store
-    if not hasattr(store, "write") or not hasattr(store, "read"):
-        raise RetryLater("this store does not keep run journals")
-    return store
-
-
 async def _step(session: Session, event: Event) -> Step:
     hub = session.hub
-    tenant = session.who.tenant
-    now = hub.clock.now()
-    limit = hub.settings.max_journal_entries
-    step: Step = await _store(hub).write(
-        lambda c: journal_sql.step_sync(c, tenant, event, now, limit))
+    step = await hub.store.run_step(session.who.tenant, event, hub.clock.now(),
+                                    hub.settings.max_journal_entries)
+    crash_point("journal.after_commit")
     return step
 
 
 def _reply(session: Session, fid: int, step: Step, **more: Any) -> None:
-    out: dict[str, Any] = {"type": T.OK, "id": fid, "outcome": step.outcome.value}
+    out: dict[str, Any] = ok_frame(fid, outcome=step.outcome.value)
     if step.outcome in (Outcome.DONE, Outcome.RECORDED) and step.result is not None:
         out["result"] = step.result
     if step.error is not None:
@@ -182,26 +169,6 @@ async def _begin(session: Session, f: RunBegin) -> None:
         agent=who.label, exec_id=exec_id, secret=secrets.token_hex(16),
         escalate_to=f.escalate_to))
     _reply(session, f.id, step, exec=exec_id)
-    await _maybe_purge(hub)
-
-
-async def _maybe_purge(hub: HubService) -> None:
-    """Delete runs finished longer than the retention window ago, at most once per quarter
-    of it. Piggybacked on run.begin until the store's own purge calls
-    ``journal_sql.purge_runs_sync`` (then this becomes redundant, and harmless)."""
-    store = _store(hub)
-    retention = float(hub.settings.retention)
-    now = hub.clock.now()
-    if now - _last_purge.get(store, 0.0) < max(0.2, min(60.0, retention / 4)):
-        return
-    _last_purge[store] = now
-    try:  # after the reply: a failure here is the next purge's business, not the caller's
-        n = await store.write(lambda c: journal_sql.purge_runs_sync(c, now - retention))
-    except Exception:
-        log.exception("purging finished runs failed")
-        return
-    if n:
-        log.info("purged %d finished runs", n)
 
 
 async def on_call(session: Session, f: RunCall) -> None:
@@ -232,11 +199,8 @@ async def _ask_settlement(session: Session, ask: AskSettlement) -> None:
               question=settlement_question(run, entry), conversation=Conversation(run.conversation),
               kind=Kind.QUESTION, choices=SETTLEMENT_CHOICES,
               context=settlement_context(run, entry), wait=0.0, expires_in=SETTLEMENT_EXPIRY)
-    done, reply = HubService.future_reply()
-    await hub.ask(session.who, req, reply, f"settle:{entry.call_id}", schema=SETTLEMENT_SCHEMA)
-    r = await done  # committed (or refused) by the room
-    if r.error is not None:
-        raise r.error
+    # Committed (or refused, raised) by the room; an existing request re-attaches.
+    await hub.submit(session.who, req, f"settle:{entry.call_id}", schema=SETTLEMENT_SCHEMA)
 
 
 async def on_result(session: Session, f: RunResult) -> None:
@@ -276,13 +240,13 @@ async def _interrupt(session: Session, f: RunInterrupt) -> None:
     # Re-attaches when the request exists (a restarted agent or hub): same op_id, same payload.
     req, _ = await session.hub.ask_and_wait(session.who, ask, session.rid(f.id))
     if not req.terminal:
-        session.send({"type": T.OK, "id": f.id, "outcome": Outcome.PENDING.value,
-                      "call_id": call_id, "request": req.view()})
+        session.send(ok_frame(f.id, outcome=Outcome.PENDING.value, call_id=call_id,
+                              request=req.view()))
         return
     done = await _step(session, InterruptResolved(run_id=f.run_id, position=f.position,
                                                   request=req.view()))
-    session.send({"type": T.OK, "id": f.id, "outcome": Outcome.DONE.value, "call_id": call_id,
-                  "result": done.result})
+    session.send(ok_frame(f.id, outcome=Outcome.DONE.value, call_id=call_id,
+                          result=done.result))
 
 
 async def on_end(session: Session, f: RunEnd) -> None:
@@ -302,9 +266,9 @@ async def on_list(session: Session, f: RunList) -> None:
 
 
 async def _list(session: Session, f: RunList) -> None:
-    runs = await journal_sql.list_runs(_store(session.hub), session.who.tenant, f.status,
-                                       f.limit)
-    session.send({"type": T.OK, "id": f.id, "runs": runs})
+    status = RunStatus(f.status) if f.status is not None else None
+    runs = await session.hub.store.list_runs(session.who.tenant, status, f.limit)
+    session.send(ok_frame(f.id, runs=[r.view() for r in runs]))
 
 
 async def on_pending(session: Session, f: RunPending) -> None:
@@ -314,16 +278,5 @@ async def on_pending(session: Session, f: RunPending) -> None:
 
 async def _pending(session: Session, f: RunPending) -> None:
     who = session.who
-    items = await journal_sql.pending(_store(session.hub), who.tenant, who.label)
-    session.send({"type": T.OK, "id": f.id, "items": [r.view() for r in items]})
-
-
-ws.EXTENSIONS.update({
-    RunBegin: on_begin,
-    RunCall: on_call,
-    RunResult: on_result,
-    RunInterrupt: on_interrupt,
-    RunEnd: on_end,
-    RunList: on_list,
-    RunPending: on_pending,
-})
+    items = await session.hub.store.run_pending(who.tenant, who.label)
+    session.send(ok_frame(f.id, items=listing(items)))

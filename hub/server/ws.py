@@ -4,22 +4,24 @@ The session decodes each frame once (``hub.protocol``), checks the role, registe
 interest *before* it asks for state (subscribe, then read: invariant 7) and hands the
 work to the service. Replies come back through callbacks after the room's commit, so one
 socket can have many requests in flight.
+
+Frame types beyond the core set (runs) go to the handlers ``create_app`` registers in
+``app.state.frame_handlers``. Work a handler starts runs in the session's tasks
+(``Session.spawn``), which the endpoint cancels and awaits when the socket ends.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-import orjson
 from starlette.websockets import WebSocket
 
 from hub.core import Replied
 from hub.gateway import Connection, inbox_tag, op_tag, token_tag
 from hub.protocol import (
-    PROTOCOL_VERSION,
     Ask,
     BinaryFrame,
     Cancel,
@@ -35,40 +37,63 @@ from hub.protocol import (
     RateLimited,
     Respond,
     RetryLater,
-    T,
     Unwatch,
     Wait,
     decode_client_frame,
+    encode_text,
     error_frame,
+    hello_frame,
+    ok_frame,
 )
 from hub.server.auth import authenticate
-from hub.service import HubService
+from hub.service import HubService, listing
 from hub.store import Principal, Role
 
 log = logging.getLogger("a2h.ws")
-_conn_ids = itertools.count(1)
 
-#: Handlers for frame types defined outside the core set (e.g. runs and journals):
-#: frame class -> ``async handler(session, frame)``. Each handler checks roles itself.
-EXTENSIONS: dict[type, Callable[[Session, Any], Awaitable[None]]] = {}
+#: A handler for a frame type outside the core set (e.g. runs and journals): ``async
+#: handler(session, frame)``. Each handler checks roles itself.
+FrameHandler = Callable[["Session", Any], Awaitable[None]]
 
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
 
 
-def _dumps(obj: Any) -> str:
-    return orjson.dumps(obj).decode()
-
-
 class Session:
-    def __init__(self, hub: HubService, who: Principal, conn: Connection) -> None:
+    def __init__(self, hub: HubService, who: Principal, conn: Connection,
+                 handlers: Mapping[type, FrameHandler] | None = None) -> None:
         self.hub = hub
         self.who = who
         self.conn = conn
         self.cid = conn.id
+        self.handlers: Mapping[type, FrameHandler] = handlers or {}
+        self._tasks: set[asyncio.Task[None]] = set()
         # Token bucket: ``rate`` messages per second, bursts up to ``burst``.
         self._tokens = hub.settings.burst
         self._refilled = hub.clock.now()
+
+    # -- the session's tasks: work that outlives the frame handler, owned by the session
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks of this session still running."""
+        return len(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"a2h session c{self.cid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Cancel the session's tasks and wait until they have ended."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # a cancellation of aclose itself propagates
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("conn=%s task failed", self.cid, exc_info=task.exception())
 
     def allow(self) -> bool:
         s = self.hub.settings
@@ -80,8 +105,21 @@ class Session:
             return True
         return False
 
+    def rate_limited(self) -> RateLimited:
+        """The error for a frame over the rate, with the pause until the next one fits."""
+        rate = self.hub.settings.rate
+        return RateLimited(f"more than {rate:g} messages per second on this connection; "
+                           "slow down", retry_after=max(0.0, 1.0 - self._tokens) / rate)
+
     def send(self, obj: Any) -> None:
-        self.conn.push(_dumps(obj))
+        try:
+            text = encode_text(obj)
+        except TypeError:  # orjson could not encode it (a bug, or a value nested too deep)
+            fid = obj.get("id") if isinstance(obj, dict) else None
+            log.exception("conn=%s reply to frame %s could not be encoded", self.cid, fid)
+            text = encode_text(error_frame(RetryLater("internal error: the reply could not be "
+                                                      "encoded"), fid))
+        self.conn.push(text)
 
     def send_error(self, exc: HubError, fid: int | None) -> None:
         self.send(error_frame(exc, fid))
@@ -98,26 +136,32 @@ class Session:
                     self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
                 return
             assert r.request is not None
-            out: dict[str, Any] = {"type": T.OK, "id": fid, "request": r.request.view()}
             if r.attached:
-                out["attached"] = True
-            self.send(out)
+                self.send(ok_frame(fid, request=r.request.view(), attached=True))
+            else:
+                self.send(ok_frame(fid, request=r.request.view()))
             if op_id is not None and r.request.terminal:
                 self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
         return reply
+
+    def handle_binary(self) -> None:
+        """A binary frame costs a token like any other frame, then is refused."""
+        if not self.allow():
+            self.send_error(self.rate_limited(), None)
+            return
+        self.send_error(BinaryFrame("binary frames are not accepted; send JSON text"), None)
 
     async def handle(self, data: str) -> None:
         allowed = self.allow()
         try:
             frame = decode_client_frame(data, self.hub.settings.max_frame)
         except FrameError as exc:
-            self.send_error(exc, exc.frame_id)
+            self.send_error(exc if allowed else self.rate_limited(), exc.frame_id)
             return
         if not allowed:  # decoded anyway (cheap) so the error names the frame's id
-            self.send_error(RateLimited(f"more than {self.hub.settings.rate:g} messages per "
-                                        "second on this connection; slow down"), frame.id)
+            self.send_error(self.rate_limited(), frame.id)
             return
-        ext = EXTENSIONS.get(type(frame))
+        ext = self.handlers.get(type(frame))
         if ext is not None:
             try:
                 await ext(self, frame)
@@ -153,18 +197,16 @@ class Session:
                                  self.rid(frame.id))
             elif isinstance(frame, Unwatch):
                 hub.gateway.unsubscribe(self.conn, op_tag(tenant, frame.op_id))
-                self.send({"type": T.OK, "id": frame.id})
+                self.send(ok_frame(frame.id))
             elif isinstance(frame, Respond):
                 await hub.respond(self.who, frame.op_id, frame.status, frame.value,
                                   self._reply_for(frame.id, None), self.rid(frame.id))
             elif isinstance(frame, InboxQuery):
-                items = await hub.inbox(self.who)
-                self.send({"type": T.OK, "id": frame.id, "items": [r.view() for r in items]})
+                self.send(ok_frame(frame.id, items=listing(await hub.inbox(self.who))))
             elif isinstance(frame, HistoryQuery):
-                items = await hub.history(self.who, frame.limit)
-                self.send({"type": T.OK, "id": frame.id, "items": [r.view() for r in items]})
+                self.send(ok_frame(frame.id, items=listing(await hub.history(self.who, frame.limit))))
             elif isinstance(frame, Ping):
-                self.send({"type": T.OK, "id": frame.id, "now": hub.clock.now()})
+                self.send(ok_frame(frame.id, now=hub.clock.now()))
         except HubError as exc:
             self.send_error(exc, frame.id)
         except Exception:
@@ -186,7 +228,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     if len(gw.members(token_tag(who.token_hash))) >= limit:
         err = LimitExceeded(f"this token already has {limit} open sockets",
                             code=ErrorCode.TOO_MANY_SOCKETS)
-        await websocket.send_text(_dumps(error_frame(err, None)))
+        await websocket.send_text(encode_text(error_frame(err, None)))
         await websocket.close(code=CloseCode.POLICY, reason="too many sockets")
         return
 
@@ -194,14 +236,13 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=code, reason=reason)
 
     conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
-    session = Session(hub, who, conn)
+    session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
     if who.role is Role.HUMAN:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
-    session.send({"type": T.HELLO, "protocol": PROTOCOL_VERSION, "role": who.role.value,
-                  "tenant": who.tenant, "handle": who.name, "now": hub.clock.now(),
-                  "heartbeat": hub.settings.heartbeat})
+    session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),
+                             hub.settings.heartbeat))
     try:
         while True:
             msg = await websocket.receive()
@@ -213,8 +254,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
                 if len(data) > max_frame:
                     conn.kill(CloseCode.TOO_BIG, "frame too big")
                     break
-                session.send_error(BinaryFrame("binary frames are not accepted; send JSON text"),
-                                   None)
+                session.handle_binary()
+                if conn.closed:
+                    break
                 continue
             if len(text) > max_frame:
                 conn.kill(CloseCode.TOO_BIG, "frame too big")
@@ -226,4 +268,5 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         log.debug("conn=%s ended: %r", conn.id, exc)
     finally:
         gw.remove(conn)
+        await session.aclose()
         await conn.aclose()

@@ -1,83 +1,48 @@
-"""The store interface: the single source of truth (rooms are only caches of it).
+"""The store: one interface (``hub.store.base``), backends beside it, one factory.
 
-Every backend passes ``tests/test_store_contract.py``. Writes go through ``apply``, which
-commits a list of request operations in one transaction shared with whatever else
-arrived meanwhile (group commit) and reports per operation whether the store agreed.
+``open_store(target)`` picks the backend from the target: a file path is SQLite (the
+embedded default); a ``postgresql://`` URL is reserved for the PostgreSQL backend. The
+backend module is imported only when chosen, so nothing outside ``hub/store/`` imports one.
+The returned store is not open yet: ``await store.open()`` (``HubService`` does).
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Any, Protocol
+from hub.store.base import (
+    Due,
+    NewerDatabase,
+    Principal,
+    Role,
+    RunSummary,
+    Store,
+    StoreError,
+    TokenInfo,
+    UnsupportedStore,
+    hash_token,
+    new_token,
+    token_hash_of,
+)
 
-from hub.core import Op, Request
+__all__ = ["Due", "NewerDatabase", "Principal", "Role", "RunSummary", "Store", "StoreError",
+           "TokenInfo", "UnsupportedStore", "hash_token", "new_token", "open_store",
+           "token_hash_of"]
 
-
-class Role(enum.StrEnum):
-    ADMIN = "admin"
-    AGENT = "agent"
-    HUMAN = "human"
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who a token speaks for. The tenant comes from here, never from a message."""
-
-    tenant: str
-    role: Role
-    name: str
-    token_hash: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.role.value}:{self.name}"
+_PLANNED = {"postgresql", "postgres"}
 
 
-class StoreError(Exception):
-    """The store failed; the operation may be retried."""
+def open_store(target: str, *, synchronous: str = "full") -> Store:
+    """The store for ``target``: a file path (SQLite) or a URL whose scheme names a backend.
 
+    ``synchronous`` is SQLite's durability mode (``full`` survives power loss, ``normal``
+    survives kill -9). Raises :class:`UnsupportedStore` for a scheme this build lacks.
+    """
+    scheme, sep, _ = target.partition("://")
+    if not sep:
+        from hub.store.sqlite import SQLiteStore
 
-class NewerDatabase(StoreError):
-    """The database was written by a newer version of the hub."""
-
-
-@dataclass(frozen=True, slots=True)
-class Due:
-    tenant: str
-    conversation: str
-    op_id: str
-    deadline: float
-
-
-class Store(Protocol):
-    async def open(self) -> None: ...
-    async def close(self) -> None: ...
-
-    # -- identity
-    async def is_empty(self) -> bool: ...
-    async def create_token(self, tenant: str, role: Role, name: str,
-                           expires_at: float | None = None) -> str: ...
-    async def principal(self, token: str, now: float) -> Principal | None: ...
-    async def principal_by_hash(self, token_hash: str, now: float) -> Principal | None: ...
-    async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool: ...
-    async def list_tokens(self, tenant: str) -> list[dict[str, Any]]: ...
-    async def revoked_since(self, since: float) -> list[str]: ...
-    async def list_humans(self, tenant: str) -> list[str]: ...
-    async def create_session(self, token_hash: str, now: float, ttl: float) -> str: ...
-    async def session_principal(self, session: str, now: float) -> Principal | None: ...
-    async def end_session(self, session: str) -> None: ...
-
-    # -- requests
-    async def apply(self, ops: list[Op]) -> list[Request | None | bool]: ...
-    async def get_request(self, tenant: str, op_id: str) -> Request | None: ...
-    async def load_room(self, tenant: str, conversation: str) -> list[Request]: ...
-    async def inbox(self, tenant: str, handle: str) -> list[Request]: ...
-    async def history(self, tenant: str, handle: str, limit: int) -> list[Request]: ...
-    async def due(self, now: float, limit: int) -> list[Due]: ...
-    async def purge(self, resolved_before: float) -> int: ...
-    async def counts(self) -> dict[str, int]: ...
-    async def pending_count(self, tenant: str) -> int: ...
-    async def ping(self) -> bool: ...
-
-    def statistics(self) -> dict[str, Any]: ...
+        return SQLiteStore(target, synchronous=synchronous)
+    if scheme.lower() in _PLANNED:
+        raise UnsupportedStore(
+            f"the PostgreSQL store is not part of this build yet: give a SQLite file path "
+            f"instead of {scheme}://...")
+    raise UnsupportedStore(f"unknown store {scheme}://...: give a SQLite file path")

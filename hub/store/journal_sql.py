@@ -1,14 +1,14 @@
 """SQL for durable runs and their journal (schema: migration 2 in ``hub.store.sqlite``).
 
-Writes go through ``SQLiteStore.write(fn)``: ``step_sync`` runs in the writer thread, in
-its own savepoint of the next group commit. It reads the run and the journal entry the
-event is about, lets the sans-I/O core (``hub.journal.handle``) decide, and upserts what
-the core returned, all in that one transaction. The writer is the only one, so the read
+``SQLiteStore.run_step`` runs ``step_sync`` in the writer thread, in its own savepoint of
+the next group commit. It reads the run and the journal entry the event is about, lets the
+sans-I/O core (``hub.journal.handle``) decide, and upserts what the core returned, all in
+that one transaction. The writer is the only one, so the read
 and the write cannot interleave with another writer: every step is a compare-and-set
 (invariant 2). A multi-node backend would take the same steps under ``SELECT ... FOR
 UPDATE`` of the run's row.
 
-Reads for listings go through ``SQLiteStore.read``.
+Listings (``list_runs_query``, ``PENDING``) run on ``SQLiteStore``'s reader connection.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from hub.journal import (
     handle,
 )
 from hub.protocol import RunStatus
-from hub.store.sqlite import _COLUMNS as REQUEST_COLUMNS
-from hub.store.sqlite import row_to_request
+from hub.store.base import RunSummary
+from hub.store.rows import REQUEST_COLUMNS
 
 RUN_COLUMNS = ("tenant, run_id, conversation, version, agent, status, reason, secret, exec_id, "
                "escalate_to, created_at, updated_at, finished_at")
@@ -202,28 +202,30 @@ def purge_runs_sync(conn: sqlite3.Connection, finished_before: float) -> int:
 # ---------------------------------------------------------------------------- reads
 
 
-async def list_runs(store: Any, tenant: str, status: str | None = None,
-                    limit: int = 100) -> list[dict[str, Any]]:
+def list_runs_query(tenant: str, status: RunStatus | None,
+                    limit: int) -> tuple[str, tuple[Any, ...]]:
     """Runs of one tenant, most recently changed first, with their journal length."""
     where = "r.tenant=?"
     params: tuple[Any, ...] = (tenant,)
     if status is not None:
         where += " AND r.status=?"
-        params += (status,)
+        params += (status.value,)
     cols = ", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))
-    rows = await store.read(
-        f"SELECT {cols}, (SELECT count(*) FROM journal j WHERE j.tenant=r.tenant "
-        f"AND j.run_id=r.run_id) FROM runs r WHERE {where} "
-        "ORDER BY r.updated_at DESC LIMIT ?", params + (limit,))
-    return [row_to_run(r).view(calls=int(r[13])) for r in rows]
+    sql = (f"SELECT {cols}, (SELECT count(*) FROM journal j WHERE j.tenant=r.tenant "
+           f"AND j.run_id=r.run_id) FROM runs r WHERE {where} "
+           "ORDER BY r.updated_at DESC LIMIT ?")
+    return sql, params + (limit,)
 
 
-async def pending(store: Any, tenant: str, sender: str, limit: int = 500) -> list[Any]:
-    """Open requests an agent is waiting on: the ones it sent, and every open interrupt or
-    unknown-outcome settlement of a run in its tenant (whoever resumes the run)."""
-    rows = await store.read(
-        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE tenant=? AND status='pending' AND "
-        "(sender=? OR op_id IN (SELECT op_id FROM journal WHERE tenant=? AND "
-        "op_id IS NOT NULL AND status IN ('running', 'unknown'))) "
-        "ORDER BY deadline LIMIT ?", (tenant, sender, tenant, limit))
-    return [row_to_request(r) for r in rows]
+def row_to_summary(row: tuple[Any, ...]) -> RunSummary:
+    return RunSummary(row_to_run(row[:13]), int(row[13]))
+
+
+#: Open requests an agent is waiting on: the ones it sent, and every open interrupt or
+#: unknown-outcome settlement of a run in its tenant. Parameters: tenant, sender, tenant,
+#: limit.
+PENDING = (
+    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE tenant=? AND status='pending' AND "
+    "(sender=? OR op_id IN (SELECT op_id FROM journal WHERE tenant=? AND "
+    "op_id IS NOT NULL AND status IN ('running', 'unknown'))) "
+    "ORDER BY deadline LIMIT ?")

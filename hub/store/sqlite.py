@@ -8,19 +8,29 @@ savepoint per item, so one bad item cannot sink its neighbours) and commits once
 commit makes its fsync cost per batch, not per request. ``--sync normal`` survives kill -9
 but may lose the last commits on power loss; it is faster on slow disks.
 
+When the database as a whole cannot be written (read-only, disk or size limit full, I/O
+error) the whole batch fails cleanly: rolled back, every caller gets a retryable
+:class:`StoreError` that says why, and the next batch tries again, so the store recovers by
+itself when the condition clears. A few jobs (PRAGMAs, incremental vacuum) run between
+batches, outside any transaction.
+
 Reads: an aiosqlite connection; WAL lets it read while the writer writes.
+
+Space: the database uses incremental auto-vacuum (migration 3), and a purge that deleted
+rows gives the freed pages back to the file system.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import logging
 import queue
 import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +38,50 @@ import aiosqlite
 import orjson
 
 from hub.core import Extend, Insert, Op, Request, Resolve
-from hub.protocol import Kind, OpId, Status
-from hub.store import Due, NewerDatabase, Principal, Role, StoreError
+from hub.faults import crash_point
+from hub.journal import Event, Step
+from hub.protocol import RunStatus
+from hub.store.base import (
+    Due,
+    NewerDatabase,
+    Principal,
+    Role,
+    RunSummary,
+    StoreError,
+    TokenInfo,
+    hash_token,
+    new_token,
+    token_hash_of,
+)
+from hub.store.journal_sql import (
+    PENDING,
+    list_runs_query,
+    purge_runs_sync,
+    row_to_summary,
+    step_sync,
+)
+from hub.store.rows import REQUEST_COLUMNS as _COLUMNS
+from hub.store.rows import request_payload as _payload
+from hub.store.rows import row_to_request
 
-MIGRATIONS: list[str] = [
+log = logging.getLogger("a2h.store")
+
+
+def _auto_vacuum(conn: sqlite3.Connection) -> None:
+    """Migration 3: incremental auto-vacuum, so purges can give space back (issue 15).
+
+    An existing database switches only through a VACUUM, which rewrites the file and cannot
+    run inside a transaction: this migration runs outside one, and is idempotent (a crash
+    before ``user_version`` moves just runs it again, finding the switch already made).
+    """
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("VACUUM")
+
+
+#: Numbered migrations gated by ``PRAGMA user_version``. SQL runs in one transaction with
+#: the version bump; a function runs outside any transaction (for VACUUM), then the bump.
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: tenants, humans, tokens, sessions, requests
     """
     CREATE TABLE tenants (name TEXT PRIMARY KEY, created_at REAL NOT NULL);
@@ -79,22 +129,16 @@ MIGRATIONS: list[str] = [
     CREATE INDEX journal_ops ON journal (tenant, op_id) WHERE op_id IS NOT NULL;
     CREATE INDEX requests_sender ON requests (tenant, sender) WHERE status = 'pending';
     """,
+    # 3: reclaim the space purges free
+    _auto_vacuum,
+    # 4: what changed lately, for the reconcile loop of several nodes
+    """
+    CREATE INDEX requests_created ON requests (created_at);
+    CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payload_hash, status, value, "
-            "actor, created_at, deadline, fixed_deadline, resolved_at, human_seconds")
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token(role: Role) -> str:
-    # 256 random bits; the prefix tells a reader (and a secret scanner) what it is.
-    return f"a2h_{role.value[:2]}_{secrets.token_urlsafe(32)}"
-
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring the schema to SCHEMA_VERSION; refuse a database newer than this code."""
@@ -104,12 +148,19 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
             f"{path} has schema version {version}, but this a2h knows only up to "
             f"{SCHEMA_VERSION}: upgrade a2h-hub, or point --db at another file")
     for number in range(version, SCHEMA_VERSION):
+        migration = MIGRATIONS[number]
+        if not isinstance(migration, str):
+            migration(conn)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+            continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in MIGRATIONS[number].split(";"):
-                if stmt.strip():
-                    conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version = {number + 1}")
+            # Another process (the CLI, a second hub) may have migrated meanwhile.
+            if conn.execute("PRAGMA user_version").fetchone()[0] <= number:
+                for stmt in migration.split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                conn.execute(f"PRAGMA user_version = {number + 1}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -127,32 +178,7 @@ def connect_sync(path: str | Path, synchronous: str = "FULL") -> sqlite3.Connect
     return conn
 
 
-# ---------------------------------------------------------------------------- row mapping
-
-
-def _payload(req: Request) -> bytes:
-    return orjson.dumps({
-        "kind": req.kind.value, "question": req.question,
-        "choices": list(req.choices) if req.choices is not None else None,
-        "context": req.context, "default": req.default, "schema": req.schema,
-        "tools": req.tools,
-    })
-
-
-def row_to_request(row: tuple[Any, ...] | sqlite3.Row) -> Request:
-    (tenant, op_id, conversation, to_human, sender, payload, phash, status, value, actor,
-     created_at, deadline, fixed, resolved_at, human_seconds) = row
-    p = orjson.loads(payload)
-    return Request(
-        tenant=tenant, op_id=OpId(op_id), conversation=conversation, to=to_human,
-        sender=sender, kind=Kind(p["kind"]), question=p["question"],
-        choices=tuple(p["choices"]) if p["choices"] is not None else None,
-        context=p["context"], default=p["default"], schema=p.get("schema"),
-        tools=p.get("tools"), payload_hash=phash, status=Status(status),
-        value=orjson.loads(value) if value is not None else None, actor=actor,
-        created_at=created_at, deadline=deadline, fixed_deadline=bool(fixed),
-        resolved_at=resolved_at, human_seconds=human_seconds,
-    )
+# ---------------------------------------------------------------------------- request operations
 
 
 def _fetch(conn: sqlite3.Connection, tenant: str, op_id: str) -> Request | None:
@@ -195,6 +221,65 @@ def apply_op(conn: sqlite3.Connection, op: Op) -> Request | None | bool:
 
 # ---------------------------------------------------------------------------- the writer
 
+#: Primary result codes that concern the database as a whole, not one item: when one of
+#: them hits, the whole batch fails (SQLite may already have rolled the transaction back).
+_WHOLE_BATCH = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
+                          sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_NOMEM,
+                          sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
+                          sqlite3.SQLITE_PROTOCOL})
+
+
+def _code(exc: BaseException) -> int:
+    return int(getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def _whole_batch(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.Error) and _code(exc) in _WHOLE_BATCH
+
+
+def _store_error(exc: BaseException) -> StoreError:
+    """What a caller is told when the database could not be written: retry later."""
+    if isinstance(exc, StoreError):
+        return exc
+    code = _code(exc)
+    if code == sqlite3.SQLITE_FULL:
+        what = "the database is full (no disk space left, or its size limit reached)"
+    elif code == sqlite3.SQLITE_READONLY:
+        what = "the database is read-only"
+    elif code == sqlite3.SQLITE_IOERR:
+        what = "the database could not be written (I/O error)"
+    elif code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        what = "the database is locked by another process"
+    else:
+        what = f"the database failed ({exc})"
+    err = StoreError(f"{what}: nothing was written; try again later")
+    err.__cause__ = exc
+    return err
+
+
+#: Pages one incremental-vacuum job gives back (16 MiB of 4 KiB pages): a large purge
+#: frees its space in several jobs, with other callers' batches committed in between.
+VACUUM_PAGES = 4096
+
+
+def _incremental_vacuum(conn: sqlite3.Connection) -> int:
+    """Give up to VACUUM_PAGES free pages back to the file system; return how many free
+    pages are left. Runs outside the group commit's transaction: this PRAGMA frees one page
+    per step, and only ``executescript`` steps a statement to its end (it would commit an
+    open transaction first)."""
+    conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES})")
+    return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+@dataclass(slots=True)
+class _Job:
+    fn: Callable[[sqlite3.Connection], Any]
+    fut: asyncio.Future[Any]
+    #: request ops the writer may apply in bulk with neighbouring jobs' ops
+    ops: list[Op] | None = None
+    #: run between batches, outside any transaction (PRAGMAs, incremental vacuum)
+    outside: bool = False
+
 
 class _Writer:
     """One thread, one connection, group commit."""
@@ -202,7 +287,7 @@ class _Writer:
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._sync = synchronous
-        self._q: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -210,6 +295,7 @@ class _Writer:
         self.items = 0
         self.max_batch = 0
         self.queued = 0
+        self.failed_batches = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -217,10 +303,11 @@ class _Writer:
         if self._error is not None:
             raise self._error
 
-    def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[[sqlite3.Connection], Any], *, ops: list[Op] | None = None,
+               outside: bool = False) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.queued += 1
-        self._q.put((fn, fut))
+        self._q.put(_Job(fn, fut, ops, outside))
         return fut
 
     def stop(self) -> None:
@@ -252,36 +339,56 @@ class _Writer:
                         stop = True
                         break
                     batch.append(item)
-                self._commit(conn, batch)
+                group: list[_Job] = []
+                for job in batch:
+                    if job.outside:
+                        if group:
+                            self._commit(conn, group)
+                            group = []
+                        self._outside(conn, job)
+                    else:
+                        group.append(job)
+                if group:
+                    self._commit(conn, group)
                 if stop:
                     return
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection,
-                batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]) -> None:
+    def _outside(self, conn: sqlite3.Connection, job: _Job) -> None:
+        result: tuple[bool, Any]
+        try:
+            result = (True, job.fn(conn))
+        except sqlite3.Error as exc:
+            result = (False, _store_error(exc))
+        except Exception as exc:
+            result = (False, exc)
+        self.items += 1
+        _post(job.fut, [job.fut], [result])
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         results: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             i = 0
             while i < len(batch):
                 j = i
-                while j < len(batch) and hasattr(batch[j][0], "ops"):
+                while j < len(batch) and batch[j].ops is not None:
                     j += 1
                 if j - i >= 2:
-                    group = [batch[k][0].ops for k in range(i, j)]  # type: ignore[attr-defined]
+                    group = [batch[k].ops or [] for k in range(i, j)]
                     if _bulk(conn, [op for ops in group for op in ops]):
                         results.extend((True, [True] * len(ops)) for ops in group)
                         i = j
                         continue
-                fn = batch[i][0]
+                fn = batch[i].fn
                 i += 1
                 conn.execute("SAVEPOINT item")
                 try:
                     results.append((True, fn(conn)))
                     conn.execute("RELEASE item")
                 except sqlite3.DatabaseError as exc:
-                    if isinstance(exc, sqlite3.OperationalError) and "disk" in str(exc):
+                    if _whole_batch(exc):
                         raise
                     conn.execute("ROLLBACK TO item")
                     conn.execute("RELEASE item")
@@ -290,23 +397,33 @@ class _Writer:
                     conn.execute("ROLLBACK TO item")
                     conn.execute("RELEASE item")
                     results.append((False, exc))
+            if len(batch) >= 2:
+                crash_point("store.mid_commit")
             conn.execute("COMMIT")
         except BaseException as exc:  # the commit failed: nobody's write happened
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            err = StoreError(f"commit failed: {exc}")
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            err = _store_error(exc) if isinstance(exc, sqlite3.Error | StoreError) \
+                else StoreError(f"commit failed: {exc!r}")
+            if self.failed_batches % 100 == 0:
+                log.warning("a batch of %d writes failed: %s", len(batch), err)
+            self.failed_batches += 1
             results = [(False, err)] * len(batch)
         self.commits += 1
         self.items += len(batch)
         self.max_batch = max(self.max_batch, len(batch))
-        loop = batch[0][1].get_loop()
-        futs = [f for _, f in batch]
-        try:
-            loop.call_soon_threadsafe(_deliver, futs, results)
-        except RuntimeError:  # loop closed during shutdown
-            pass
+        _post(batch[0].fut, [job.fut for job in batch], results)
+
+
+def _post(any_fut: asyncio.Future[Any], futs: list[asyncio.Future[Any]],
+          results: list[tuple[bool, Any]]) -> None:
+    try:
+        any_fut.get_loop().call_soon_threadsafe(_deliver, futs, results)
+    except RuntimeError:  # loop closed during shutdown
+        pass
 
 
 #: UPDATE ... FROM needs SQLite 3.33; older libraries take the per-item path.
@@ -353,7 +470,9 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
         for sql, rows in ((_INS, ins), (_EXT, ext), (_RES, res)):
             if rows:
                 conn.execute(sql, (orjson.dumps(rows).decode(),))
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if _whole_batch(exc):
+            raise
         conn.execute("ROLLBACK TO bulk")
         conn.execute("RELEASE bulk")
         return False
@@ -379,13 +498,14 @@ def _deliver(futs: list[asyncio.Future[Any]], results: list[tuple[bool, Any]]) -
 
 
 class SQLiteStore:
-    """SQLite backend of :class:`hub.store.Store`."""
+    """SQLite backend of :class:`hub.store.base.Store`."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
         self.path = str(path)
         self.synchronous = synchronous.upper()
         self._writer = _Writer(self.path, self.synchronous)
         self._reader: aiosqlite.Connection | None = None
+        self._default_max_pages: int | None = None  # read and used in the writer thread
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -401,12 +521,12 @@ class SQLiteStore:
             self._reader = None
         await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    async def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn(conn)`` in the writer thread, inside the next group commit (its own
         savepoint), and return its result once the transaction has committed."""
         return await self._writer.submit(fn)
 
-    async def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Run one read-only query on the reader connection."""
         assert self._reader is not None, "store not open"
         async with self._reader.execute(sql, params) as cur:
@@ -415,20 +535,32 @@ class SQLiteStore:
     # -- identity
 
     async def is_empty(self) -> bool:
-        rows = await self.read("SELECT 1 FROM tokens LIMIT 1")
+        rows = await self._read("SELECT 1 FROM tokens LIMIT 1")
         return not rows
+
+    async def bootstrap(self, tenant: str, human: str) -> tuple[str, str] | None:
+        human_token, agent_token = new_token(Role.HUMAN), new_token(Role.AGENT)
+
+        def write(c: sqlite3.Connection) -> bool:
+            if c.execute("SELECT 1 FROM tokens LIMIT 1").fetchone():
+                return False
+            create_token_sync(c, human_token, tenant, Role.HUMAN, human)
+            create_token_sync(c, agent_token, tenant, Role.AGENT, "default")
+            return True
+
+        return (human_token, agent_token) if await self._write(write) else None
 
     async def create_token(self, tenant: str, role: Role, name: str,
                            expires_at: float | None = None) -> str:
         token = new_token(role)
-        await self.write(lambda c: create_token_sync(c, token, tenant, role, name, expires_at))
+        await self._write(lambda c: create_token_sync(c, token, tenant, role, name, expires_at))
         return token
 
     async def principal(self, token: str, now: float) -> Principal | None:
         return await self.principal_by_hash(hash_token(token), now)
 
     async def principal_by_hash(self, token_hash: str, now: float) -> Principal | None:
-        rows = await self.read(
+        rows = await self._read(
             "SELECT tenant, role, name, expires_at, revoked_at FROM tokens WHERE hash=?",
             (token_hash,))
         if not rows:
@@ -439,22 +571,23 @@ class SQLiteStore:
         return Principal(tenant, Role(role), name, token_hash)
 
     async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool:
-        return bool(await self.write(lambda c: revoke_token_sync(c, token, now, tenant)))
+        return bool(await self._write(lambda c: revoke_token_sync(c, token, now, tenant)))
 
-    async def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
-        rows = await self.read(
+    async def list_tokens(self, tenant: str) -> list[TokenInfo]:
+        rows = await self._read(
             "SELECT hash, role, name, created_at, expires_at, revoked_at FROM tokens "
             "WHERE tenant=? ORDER BY created_at", (tenant,))
-        keys = ("hash", "role", "name", "created_at", "expires_at", "revoked_at")
-        return [dict(zip(keys, r)) for r in rows]
+        return [TokenInfo(hash=h, role=role, name=name, created_at=created,
+                          expires_at=expires, revoked_at=revoked)
+                for h, role, name, created, expires, revoked in rows]
 
     async def revoked_since(self, since: float) -> list[str]:
-        rows = await self.read("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
+        rows = await self._read("SELECT hash FROM tokens WHERE revoked_at >= ?", (since,))
         return [r[0] for r in rows]
 
     async def list_humans(self, tenant: str) -> list[str]:
-        rows = await self.read("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
-                                (tenant,))
+        rows = await self._read("SELECT handle FROM humans WHERE tenant=? ORDER BY handle",
+                                 (tenant,))
         return [r[0] for r in rows]
 
     async def create_session(self, token_hash: str, now: float, ttl: float) -> str:
@@ -465,88 +598,119 @@ class SQLiteStore:
             c.execute("INSERT INTO sessions VALUES (?,?,?,?)",
                       (hash_token(session), token_hash, now, now + ttl))
 
-        await self.write(write)
+        await self._write(write)
         return session
 
     async def session_principal(self, session: str, now: float) -> Principal | None:
-        rows = await self.read(
+        rows = await self._read(
             "SELECT token_hash, expires_at FROM sessions WHERE hash=?", (hash_token(session),))
         if not rows or rows[0][1] <= now:
             return None
         return await self.principal_by_hash(rows[0][0], now)
 
     async def end_session(self, session: str) -> None:
-        await self.write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
-                                              (hash_token(session),)))
+        await self._write(lambda c: c.execute("DELETE FROM sessions WHERE hash=?",
+                                               (hash_token(session),)))
 
     # -- requests
 
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
         if not ops:
             return []
-        def fn(c: sqlite3.Connection) -> list[Any]:
+
+        def fn(c: sqlite3.Connection) -> list[Request | None | bool]:
             return [apply_op(c, op) for op in ops]
 
-        fn.ops = ops  # type: ignore[attr-defined]  # lets the writer apply them in bulk
-        return list(await self.write(fn))
+        # ops=: lets the writer apply neighbouring jobs' ops in bulk
+        return list(await self._writer.submit(fn, ops=ops))
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
-        rows = await self.read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
-                                (tenant, op_id))
+        rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
+                                 (tenant, op_id))
         return row_to_request(rows[0]) if rows else None
 
     async def load_room(self, tenant: str, conversation: str) -> list[Request]:
-        rows = await self.read(
+        rows = await self._read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND conversation=? "
             "AND status='pending'", (tenant, conversation))
         return [row_to_request(r) for r in rows]
 
     async def inbox(self, tenant: str, handle: str) -> list[Request]:
-        rows = await self.read(
+        rows = await self._read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
             "AND status='pending' ORDER BY deadline", (tenant, handle))
         return [row_to_request(r) for r in rows]
 
     async def history(self, tenant: str, handle: str, limit: int) -> list[Request]:
-        rows = await self.read(
+        rows = await self._read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND to_human=? "
             "AND status!='pending' ORDER BY resolved_at DESC LIMIT ?", (tenant, handle, limit))
         return [row_to_request(r) for r in rows]
 
     async def due(self, now: float, limit: int) -> list[Due]:
-        rows = await self.read(
+        rows = await self._read(
             "SELECT tenant, conversation, op_id, deadline FROM requests "
             "WHERE status='pending' AND deadline <= ? ORDER BY deadline LIMIT ?", (now, limit))
         return [Due(*r) for r in rows]
 
-    async def purge(self, resolved_before: float) -> int:
-        """Delete what ended before ``resolved_before``: resolved requests, finished runs
-        (with their journals), expired sessions. Pending requests and live runs stay."""
-        from hub.store.journal_sql import purge_runs_sync  # runs live beside requests
-
-        def write(c: sqlite3.Connection) -> int:
-            n = c.execute("DELETE FROM requests WHERE status!='pending' AND resolved_at < ?",
-                          (resolved_before,)).rowcount
-            n += purge_runs_sync(c, resolved_before)
-            c.execute("DELETE FROM sessions WHERE expires_at < ?", (resolved_before,))
-            return int(n)
-
-        return int(await self.write(write))
+    async def changed_since(self, since: float, limit: int = 10_000) -> list[Request]:
+        rows = await self._read(
+            f"SELECT {_COLUMNS} FROM requests WHERE created_at >= ? UNION "
+            f"SELECT {_COLUMNS} FROM requests WHERE resolved_at >= ? LIMIT ?",
+            (since, since, limit))
+        return [row_to_request(r) for r in rows]
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.read("SELECT status, count(*) FROM requests GROUP BY status")
+        rows = await self._read("SELECT status, count(*) FROM requests GROUP BY status")
         return {s: n for s, n in rows}
 
-    async def pending_count(self, tenant: str) -> int:
-        rows = await self.read(
-            "SELECT count(*) FROM requests WHERE tenant=? AND status='pending'", (tenant,))
-        return int(rows[0][0])
+    async def pending_usage(self, tenant: str) -> tuple[int, int]:
+        rows = await self._read(
+            "SELECT count(*), coalesce(sum(length(payload)), 0) FROM requests "
+            "WHERE tenant=? AND status='pending'", (tenant,))
+        return int(rows[0][0]), int(rows[0][1])
+
+    # -- runs and their journal
+
+    async def run_step(self, tenant: str, event: Event, now: float,
+                       max_entries: int) -> Step:
+        step: Step = await self._write(lambda c: step_sync(c, tenant, event, now, max_entries))
+        return step
+
+    async def list_runs(self, tenant: str, status: RunStatus | None = None,
+                        limit: int = 100) -> list[RunSummary]:
+        sql, params = list_runs_query(tenant, status, limit)
+        return [row_to_summary(r) for r in await self._read(sql, params)]
+
+    async def run_pending(self, tenant: str, sender: str, limit: int = 500) -> list[Request]:
+        rows = await self._read(PENDING, (tenant, sender, tenant, limit))
+        return [row_to_request(r) for r in rows]
+
+    # -- housekeeping
+
+    async def purge(self, before: float) -> int:
+        def write(c: sqlite3.Connection) -> tuple[int, int]:
+            n = c.execute("DELETE FROM requests WHERE status!='pending' AND resolved_at < ?",
+                          (before,)).rowcount
+            n += purge_runs_sync(c, before)
+            sessions = c.execute("DELETE FROM sessions WHERE expires_at < ?", (before,)).rowcount
+            return int(n), int(sessions)
+
+        deleted, sessions = await self._write(write)
+        free, before_job = (-1 if deleted or sessions else 0), None
+        try:
+            while free and free != before_job:  # until nothing is left, or nothing moves
+                before_job, free = free, await self._writer.submit(_incremental_vacuum,
+                                                                   outside=True)
+        except StoreError as exc:  # the purge committed; a later one frees the space
+            log.warning("incremental vacuum after a purge failed: %s", exc)
+        return int(deleted)
 
     async def ping(self) -> bool:
-        rows = await self.read("SELECT 1")
+        rows = await self._read("SELECT 1")
         return rows == [(1,)]
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> dict[str, float]:
         w = self._writer
         return {
             "commits": w.commits,
@@ -554,12 +718,28 @@ class SQLiteStore:
             "max_batch": w.max_batch,
             "mean_batch": (w.items / w.commits) if w.commits else 0.0,
             "queued": w.queued - w.items,
+            "failed_batches": w.failed_batches,
         }
+
+    # -- operational limits (SQLite only; also how tests simulate a read-only or full disk)
+
+    async def set_limits(self, *, read_only: bool = False, max_pages: int | None = None) -> None:
+        """Make the writer refuse writes (``read_only``) or cap the database's size in pages
+        (``max_pages``; None: SQLite's default, i.e. no cap short of the disk). Writes then
+        fail with a retryable StoreError, and succeed again once the limits are lifted."""
+
+        def apply(c: sqlite3.Connection) -> None:
+            if self._default_max_pages is None:
+                self._default_max_pages = int(c.execute("PRAGMA max_page_count").fetchone()[0])
+            c.execute(f"PRAGMA query_only = {int(read_only)}")
+            c.execute(f"PRAGMA max_page_count = {int(max_pages or self._default_max_pages)}")
+
+        await self._writer.submit(apply, outside=True)
 
 
 # ---------------------------------------------------------------------------- sync admin
-# Used inside the writer thread and by the CLI, which works on the file directly whether
-# or not a hub runs on it (WAL + busy_timeout make the two writers take turns).
+# Used inside the writer thread (and by bench/, which seeds tokens into a database file
+# whether or not a hub runs on it: WAL + busy_timeout make the two writers take turns).
 
 
 def create_token_sync(conn: sqlite3.Connection, token: str, tenant: str, role: Role, name: str,
@@ -576,8 +756,7 @@ def revoke_token_sync(conn: sqlite3.Connection, token: str, now: float,
                       tenant: str | None = None) -> bool:
     """Revoke by the token itself or by its hash (64 hex digits), optionally only within
     ``tenant``; ends the token's browser sessions too."""
-    h = token if len(token) == 64 and all(ch in "0123456789abcdef" for ch in token) \
-        else hash_token(token)
+    h = token_hash_of(token)
     if tenant is None:
         cur = conn.execute("UPDATE tokens SET revoked_at=? WHERE hash=? AND revoked_at IS NULL",
                            (now, h))
@@ -588,28 +767,3 @@ def revoke_token_sync(conn: sqlite3.Connection, token: str, now: float,
         return False
     conn.execute("DELETE FROM sessions WHERE token_hash=?", (h,))
     return True
-
-
-def issue_token(path: str | Path, tenant: str, role: Role, name: str,
-                expires_at: float | None = None) -> str:
-    """Create a token directly on the database file (CLI)."""
-    conn = connect_sync(path)
-    try:
-        token = new_token(role)
-        conn.execute("BEGIN IMMEDIATE")
-        create_token_sync(conn, token, tenant, role, name, expires_at)
-        conn.execute("COMMIT")
-        return token
-    finally:
-        conn.close()
-
-
-def revoke_token_file(path: str | Path, token: str) -> bool:
-    conn = connect_sync(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        ok = revoke_token_sync(conn, token, time.time())
-        conn.execute("COMMIT")
-        return ok
-    finally:
-        conn.close()

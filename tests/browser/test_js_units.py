@@ -1,4 +1,4 @@
-"""Runs the JavaScript unit tests (markdown.js, connection.js) with node's test runner.
+"""Runs the JavaScript unit tests (tests/browser/js/*.test.mjs) with node's test runner.
 
 These need node (>= 18) but no browser. Without node they are skipped, saying why.
 """

@@ -39,7 +39,7 @@ export function safeHref(url) {
 
 // ----------------------------------------------------------------------------- blocks
 
-const RE_FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
+const RE_FENCE_OPEN = /^ {0,3}(`{3,}|~{3,})/;
 const RE_HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
 const RE_HR = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const RE_QUOTE = /^ {0,3}> ?(.*)$/;
@@ -49,8 +49,21 @@ function isBlank(line) {
   return /^\s*$/.test(line);
 }
 
+/**
+ * A fence line: 3+ backticks or tildes, then an info string with no backtick in it.
+ * Returns [fence, lang] or null. (Not one regex: "[^`]*$" after "\s*([^`\s]*)" backtracks
+ * quadratically on a long info string that ends with a backtick.)
+ */
+function matchFence(line) {
+  const m = RE_FENCE_OPEN.exec(line);
+  if (!m) return null;
+  const rest = line.slice(m[0].length);
+  if (rest.includes("`")) return null;
+  return [m[1], /^\s*([^`\s]*)/.exec(rest)[1]];
+}
+
 function startsBlock(line) {
-  return RE_FENCE.test(line) || RE_HEADING.test(line) || RE_HR.test(line) || RE_QUOTE.test(line) || RE_ITEM.test(line);
+  return matchFence(line) !== null || RE_HEADING.test(line) || RE_HR.test(line) || RE_QUOTE.test(line) || RE_ITEM.test(line);
 }
 
 /** Parse Markdown source into a list of block nodes. */
@@ -69,8 +82,8 @@ function parseBlocks(lines, depth) {
       continue;
     }
     let m;
-    if ((m = RE_FENCE.exec(line))) {
-      const fence = m[1];
+    if ((m = matchFence(line))) {
+      const fence = m[0];
       const body = [];
       i++;
       while (i < lines.length) {
@@ -82,7 +95,7 @@ function parseBlocks(lines, depth) {
         body.push(lines[i]);
         i++;
       }
-      blocks.push({ type: "code_block", lang: m[2] || "", text: body.join("\n") });
+      blocks.push({ type: "code_block", lang: m[1] || "", text: body.join("\n") });
       continue;
     }
     if (RE_HR.test(line)) {
@@ -170,10 +183,203 @@ function parseList(lines, start, depth) {
 }
 
 // ----------------------------------------------------------------------------- inline
+//
+// Linear time. A naive inline parser looks ahead for a closer at every opener ("*", "[",
+// "`", "(") and, when there is none, scans to the end of the text each time: 64 KB of "**a "
+// took 19 s. Here every such question ("the first run of two backticks after p", "the
+// bracket that closes this one", "the first '*' run that can close emphasis after p") is
+// answered from tables built once per string (Scan below) in O(1) or O(log n), and a failed
+// look-ahead is remembered, so no character is scanned more than a few times per nesting
+// level (and nesting is capped at MAX_DEPTH).
 
 const ESCAPABLE = "\\`*_{}[]()#+-.!<>|~\"'";
-const RE_AUTOLINK = /^<((?:https?|mailto):[^\s<>]+)>/i;
-const RE_BARE_URL = /^https?:\/\/[^\s<>]+/i;
+const RE_AUTOLINK = /<((?:https?|mailto):[^\s<>]+)>/iy;
+const RE_BARE_URL = /https?:\/\/[^\s<>]+/iy;
+const RE_TITLE = /("[^"\n]*"|'[^'\n]*')\s*/y;
+const RE_SPACE = /\s/;
+const MAX_BARE_URL_TRIES = 8; // failed bare URLs in one word before the rest of it is text
+const RE_WORD_CHAR = /[\p{L}\p{N}]/u;
+
+/** Index of the first element of the sorted array `arr` that is >= x (arr.length if none). */
+function firstAtLeast(arr, x) {
+  let lo = 0;
+  let hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (arr[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Look-ahead tables for one string, each built on first use. */
+class Scan {
+  constructor(s) {
+    this.s = s;
+    this.runs = new Map(); // char -> {starts, ends}: maximal runs of that char
+    this.closers = new Map(); // "*1", "*2", "_1", "_2" -> per run: first closing run from there
+    this.ticks = null; // run length -> sorted starts of backtick runs of exactly that length
+    this.breaks = null; // sorted positions of "\n\n"
+    this.brackets = new Map(); // "[" position -> its "]" position, or -1
+    this.parens = new Map(); // "(" position -> where a URL scan started right after it stops
+    this.titles = new Map(); // position -> end of a link title there, or -1
+    this.bareUrlWordEnd = -1; // where the word of the last failed bare URL ends ...
+    this.bareUrlFailures = 0; // ... how many failed in it ...
+    this.noBareUrlBefore = -1; // ... and, after too many, no bare URL starts before this
+  }
+
+  runsOf(c) {
+    let r = this.runs.get(c);
+    if (!r) {
+      const { s } = this;
+      const starts = [];
+      const ends = [];
+      for (let i = s.indexOf(c); i >= 0; i = s.indexOf(c, i)) {
+        starts.push(i);
+        while (s[i] === c) i++;
+        ends.push(i);
+      }
+      r = { starts, ends };
+      this.runs.set(c, r);
+    }
+    return r;
+  }
+
+  /** Can the run s[k, end) close emphasis opened by n times c? */
+  closes(c, n, k, end) {
+    const len = end - k;
+    const fits = n === 2 ? len >= 2 : len !== 2;
+    return fits && !RE_SPACE.test(this.s[k - 1]) && (c !== "_" || !RE_WORD_CHAR.test(this.s[end] ?? " "));
+  }
+
+  /** next[r]: the first maximal run at index >= r that closes (c, n), or -1. */
+  closersOf(c, n) {
+    const key = c + n;
+    let next = this.closers.get(key);
+    if (!next) {
+      const { starts, ends } = this.runsOf(c);
+      next = new Int32Array(starts.length + 1).fill(-1);
+      for (let r = starts.length - 1; r >= 0; r--) next[r] = this.closes(c, n, starts[r], ends[r]) ? r : next[r + 1];
+      this.closers.set(key, next);
+    }
+    return next;
+  }
+
+  /** The first run of c from position j on (a run may start inside a maximal one) closing (c, n): [k, end] or null. */
+  findCloser(c, n, j) {
+    const { starts, ends } = this.runsOf(c);
+    let r = firstAtLeast(starts, j + 1) - 1; // the last run starting at or before j
+    if (r >= 0 && ends[r] > j) {
+      if (this.closes(c, n, j, ends[r])) return [j, ends[r]];
+      r += 1;
+    } else {
+      r += 1;
+    }
+    const hit = this.closersOf(c, n)[r];
+    return hit >= 0 ? [starts[hit], ends[hit]] : null;
+  }
+
+  /** Is there a "\n\n" starting in [from, to]? */
+  breakBetween(from, to) {
+    if (!this.breaks) {
+      this.breaks = [];
+      for (let i = this.s.indexOf("\n\n"); i >= 0; i = this.s.indexOf("\n\n", i + 1)) this.breaks.push(i);
+    }
+    const i = firstAtLeast(this.breaks, from);
+    return i < this.breaks.length && this.breaks[i] <= to;
+  }
+
+  /** Start of the first run of exactly n backticks at or after `from` (not inside a run), or -1. */
+  backtickRun(from, n) {
+    if (!this.ticks) {
+      this.ticks = new Map();
+      const { starts, ends } = this.runsOf("`");
+      for (let r = 0; r < starts.length; r++) {
+        const len = ends[r] - starts[r];
+        if (!this.ticks.has(len)) this.ticks.set(len, []);
+        this.ticks.get(len).push(starts[r]);
+      }
+    }
+    const list = this.ticks.get(n);
+    if (!list) return -1;
+    const i = firstAtLeast(list, from);
+    return i < list.length ? list[i] : -1;
+  }
+
+  /** The "]" matching the "[" at `start` (brackets nest, backslash escapes, no blank line), or -1. */
+  closeBracket(start) {
+    const memo = this.brackets;
+    if (memo.has(start)) return memo.get(start);
+    const { s } = this;
+    const open = [];
+    for (let i = start; i < s.length; i++) {
+      const c = s[i];
+      if (c === "\\") {
+        i++;
+      } else if (c === "[") {
+        const known = memo.get(i);
+        if (known === undefined) open.push(i);
+        else if (known < 0) break; // still open at the end: so are all of ours
+        else i = known; // balanced inside: skip it
+      } else if (c === "]") {
+        const o = open.pop();
+        memo.set(o, i);
+        if (o === start) return i;
+      } else if (c === "\n" && s[i + 1] === "\n") {
+        break;
+      }
+    }
+    for (const o of open) memo.set(o, -1);
+    return -1;
+  }
+
+  /**
+   * Where a link destination starting at `from` ends: at whitespace, at a ")" that closes no
+   * "(" of its own, or at the end. A "(" seen on the way remembers where a scan started just
+   * after it stops, so overlapping destinations ("[a]([a]([a](...") are walked once.
+   */
+  urlEnd(from) {
+    const memo = this.parens;
+    const { s } = this;
+    const open = [];
+    let i = from;
+    for (; i < s.length; i++) {
+      const c = s[i];
+      if (c === "\\") {
+        i++;
+        continue;
+      }
+      if (RE_SPACE.test(c)) break;
+      if (c === "(") {
+        const known = memo.get(i);
+        if (known === undefined) open.push(i);
+        else if (s[known] === ")") i = known; // balanced inside: skip it
+        else {
+          i = known; // it ran to whitespace or the end, and so do we
+          break;
+        }
+      } else if (c === ")") {
+        if (!open.length) break;
+        memo.set(open.pop(), i);
+      }
+    }
+    const end = Math.min(i, s.length);
+    for (const o of open) memo.set(o, end);
+    return end;
+  }
+
+  /** End of a link title ("..." or '...', then spaces) starting at k, or -1. */
+  titleEnd(k) {
+    let end = this.titles.get(k);
+    if (end === undefined) {
+      RE_TITLE.lastIndex = k;
+      const t = RE_TITLE.exec(this.s);
+      end = t ? k + t[0].length : -1;
+      this.titles.set(k, end);
+    }
+    return end;
+  }
+}
 
 /** Parse inline Markdown into a list of inline nodes. */
 export function parseInline(src, depth = 0, inLink = false) {
@@ -184,6 +390,7 @@ export function parseInline(src, depth = 0, inLink = false) {
     buf = "";
   };
   const s = String(src);
+  const scan = new Scan(s);
   let i = 0;
   while (i < s.length) {
     const c = s[i];
@@ -201,12 +408,10 @@ export function parseInline(src, depth = 0, inLink = false) {
     if (c === "`") {
       let n = 0;
       while (s[i + n] === "`") n++;
-      const close = findBacktickRun(s, i + n, n);
+      const close = scan.backtickRun(i + n, n);
       if (close >= 0) {
         flush();
-        let code = s.slice(i + n, close).replace(/\n/g, " ");
-        if (/^ .*[^ ].* $/.test(code)) code = code.slice(1, -1);
-        out.push({ type: "code", text: code });
+        out.push({ type: "code", text: codeText(s.slice(i + n, close)) });
         i = close + n;
       } else {
         buf += "`".repeat(n);
@@ -215,7 +420,7 @@ export function parseInline(src, depth = 0, inLink = false) {
       continue;
     }
     if (c === "[" && !inLink) {
-      const link = matchLink(s, i);
+      const link = matchLink(scan, i);
       if (link) {
         flush();
         const href = safeHref(link.url);
@@ -229,7 +434,8 @@ export function parseInline(src, depth = 0, inLink = false) {
       }
     }
     if (c === "<" && !inLink) {
-      const m = RE_AUTOLINK.exec(s.slice(i));
+      RE_AUTOLINK.lastIndex = i;
+      const m = RE_AUTOLINK.exec(s);
       if (m) {
         const href = safeHref(m[1]);
         flush();
@@ -239,15 +445,11 @@ export function parseInline(src, depth = 0, inLink = false) {
         continue;
       }
     }
-    if ((c === "h" || c === "H") && !inLink && (i === 0 || /[\s(]/.test(s[i - 1]))) {
-      const m = RE_BARE_URL.exec(s.slice(i));
+    if ((c === "h" || c === "H") && !inLink && i >= scan.noBareUrlBefore && (i === 0 || /[\s(]/.test(s[i - 1]))) {
+      RE_BARE_URL.lastIndex = i;
+      const m = RE_BARE_URL.exec(s);
       if (m) {
-        let url = m[0];
-        // Trailing punctuation belongs to the sentence, not the URL; keep balanced parens.
-        while (/[.,;:!?'"*_)\]]$/.test(url)) {
-          if (url.endsWith(")") && (url.match(/\(/g) || []).length >= (url.match(/\)/g) || []).length) break;
-          url = url.slice(0, -1);
-        }
+        const url = trimUrl(m[0]);
         const href = safeHref(url);
         if (href) {
           flush();
@@ -255,10 +457,15 @@ export function parseInline(src, depth = 0, inLink = false) {
           i += url.length;
           continue;
         }
+        // Not a valid URL. Another try later in the same word re-reads the rest of the word,
+        // which made "(http://[" repeated quadratic: after a few, the rest of the word is text.
+        scan.bareUrlFailures = scan.bareUrlWordEnd === i + m[0].length ? scan.bareUrlFailures + 1 : 1;
+        scan.bareUrlWordEnd = i + m[0].length;
+        if (scan.bareUrlFailures >= MAX_BARE_URL_TRIES) scan.noBareUrlBefore = scan.bareUrlWordEnd;
       }
     }
     if ((c === "*" || c === "_") && depth < MAX_DEPTH) {
-      const em = matchEmphasis(s, i, c);
+      const em = matchEmphasis(scan, i, c);
       if (em) {
         flush();
         out.push({ type: em.strong ? "strong" : "em", children: parseInline(em.inner, depth + 1, inLink) });
@@ -279,88 +486,76 @@ export function parseInline(src, depth = 0, inLink = false) {
   return out;
 }
 
-function findBacktickRun(s, from, n) {
-  let i = from;
-  while (i < s.length) {
-    const j = s.indexOf("`", i);
-    if (j < 0) return -1;
-    let k = 0;
-    while (s[j + k] === "`") k++;
-    if (k === n) return j;
-    i = j + k;
-  }
-  return -1;
+/** A code span's text: newlines become spaces; one space is stripped from each end if both have one. */
+function codeText(raw) {
+  const code = raw.replace(/\n/g, " ");
+  // Same as /^ .*[^ ].* $/, which backtracks quadratically on a long span: "." matches
+  // anything but a line terminator, so the middle may hold one (as the [^ ]) and no more.
+  if (code.length < 3 || code[0] !== " " || code[code.length - 1] !== " ") return code;
+  const terminators = (code.match(/[\r\u2028\u2029]/g) || []).length;
+  const padded = terminators === 1 || (terminators === 0 && /[^ ]/.test(code));
+  return padded ? code.slice(1, -1) : code;
 }
 
-function matchLink(s, start) {
-  // [label](url) — label may hold balanced brackets, url may hold balanced parens.
-  let depth = 0;
-  let i = start;
-  for (; i < s.length; i++) {
-    const c = s[i];
-    if (c === "\\") {
-      i++;
-      continue;
-    }
-    if (c === "[") depth++;
-    else if (c === "]") {
-      depth--;
-      if (depth === 0) break;
-    } else if (c === "\n" && s[i + 1] === "\n") return null;
+/** Trailing punctuation belongs to the sentence, not the URL; keep balanced parens. */
+function trimUrl(found) {
+  let end = found.length;
+  let opens = 0;
+  let closes = 0;
+  for (let k = 0; k < end; k++) {
+    if (found[k] === "(") opens++;
+    else if (found[k] === ")") closes++;
   }
-  if (i >= s.length || s[i + 1] !== "(") return null;
-  const label = s.slice(start + 1, i);
-  let j = i + 2;
+  while (end > 0 && `.,;:!?'"*_)]`.includes(found[end - 1])) {
+    if (found[end - 1] === ")") {
+      if (opens >= closes) break;
+      closes--;
+    }
+    end--;
+  }
+  return found.slice(0, end);
+}
+
+function matchLink(scan, start) {
+  // [label](url) — label may hold balanced brackets, url may hold balanced parens.
+  const { s } = scan;
+  const close = scan.closeBracket(start);
+  if (close < 0 || s[close + 1] !== "(") return null;
+  const label = s.slice(start + 1, close);
+  let j = close + 2;
   while (s[j] === " ") j++;
   const urlStart = j;
-  let parens = 0;
-  for (; j < s.length; j++) {
-    const c = s[j];
-    if (c === "\\") {
-      j++;
-      continue;
-    }
-    if (/\s/.test(c)) break;
-    if (c === "(") parens++;
-    else if (c === ")") {
-      if (parens === 0) break;
-      parens--;
-    }
+  if (j === close + 2 && scan.parens.has(close + 1)) j = scan.parens.get(close + 1);
+  else {
+    j = scan.urlEnd(urlStart);
+    if (urlStart === close + 2) scan.parens.set(close + 1, j);
   }
   const url = s.slice(urlStart, j);
   // Optional title: ("..." or '...'), ignored.
   let k = j;
   while (s[k] === " ") k++;
-  const t = /^("[^"\n]*"|'[^'\n]*')\s*/.exec(s.slice(k));
-  if (t) k += t[0].length;
+  const t = scan.titleEnd(k);
+  if (t >= 0) k = t;
   if (s[k] !== ")") return null;
   return { label, url, end: k + 1 };
 }
 
-function matchEmphasis(s, i, c) {
+function matchEmphasis(scan, i, c) {
+  const { s } = scan;
   const prev = i > 0 ? s[i - 1] : " ";
   // "_" inside a word (snake_case) is never emphasis.
-  if (c === "_" && /[\p{L}\p{N}]/u.test(prev)) return null;
+  if (c === "_" && RE_WORD_CHAR.test(prev)) return null;
   const double = s[i + 1] === c;
   const tryDelim = (n) => {
     const open = i + n;
-    if (open >= s.length || /\s/.test(s[open])) return null;
-    let j = open + 1;
-    while (j < s.length) {
-      const k = s.indexOf(c, j);
-      if (k < 0) return null;
-      let runEnd = k;
-      while (s[runEnd] === c) runEnd++;
-      const runLen = runEnd - k;
-      // A closing run: right after non-space; "*" closes on a run of 1 or 3+ (the last one
-      // closes, "*a **b***"), "**" on 2+; "_" must not be followed by a letter or digit.
-      const fits = n === 2 ? runLen >= 2 : runLen !== 2;
-      const flanks = !/\s/.test(s[k - 1]) && (c !== "_" || !/[\p{L}\p{N}]/u.test(s[runEnd] ?? " "));
-      if (s.slice(open, k).includes("\n\n")) return null;
-      if (fits && flanks) return { strong: n === 2, inner: s.slice(open, runEnd - n), end: runEnd };
-      j = runEnd;
-    }
-    return null;
+    if (open >= s.length || RE_SPACE.test(s[open])) return null;
+    // A closing run: right after non-space; "*" closes on a run of 1 or 3+ (the last one
+    // closes, "*a **b***"), "**" on 2+; "_" must not be followed by a letter or digit.
+    // Emphasis never spans a blank line.
+    const hit = scan.findCloser(c, n, open + 1);
+    if (!hit || scan.breakBetween(open, hit[0] - 2)) return null;
+    const [, runEnd] = hit;
+    return { strong: n === 2, inner: s.slice(open, runEnd - n), end: runEnd };
   };
   return (double && tryDelim(2)) || tryDelim(1);
 }

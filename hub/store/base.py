@@ -1,0 +1,180 @@
+"""The store interface: the single source of truth (rooms are only caches of it).
+
+Everything the hub persists goes through :class:`Store`: identity (tokens, sessions),
+requests and their deadlines, and durable runs with their journal. Every backend passes
+``tests/test_store_contract.py``; adding one is a module beside ``sqlite.py``, a branch in
+``hub.store.open_store`` and a parameter of that suite's fixture.
+
+Backends import this module, never the package ``hub.store`` (the package imports the
+backends, lazily, in its factory).
+
+Decisions are not the store's: request rules live in ``hub.core``, journal rules in
+``hub.journal``. The store applies their decisions, each one a compare-and-set in one
+transaction (invariant 2):
+
+- ``apply(ops)`` commits request operations (``Insert``/``Resolve``/``Extend``) and reports
+  per operation whether the store agreed, or the row that won;
+- ``run_step(tenant, event, now, max_entries)`` reads the journal snapshot the event is
+  about, lets ``hub.journal.handle`` decide, and writes what it returned, all in one
+  transaction.
+
+Exceptions (what the caller can do)::
+
+    StoreError          the store failed (unreachable, read-only, full): nothing was
+    │                   written; retry later (the room answers ``unavailable``)
+    └── NewerDatabase   the database was written by a newer hub: upgrade, or use another
+    UnsupportedStore    (a ValueError) the target names no backend of this build
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
+
+from hub.core import Op, Request
+from hub.journal import Event, Run, Step
+from hub.protocol import RunStatus
+
+
+def hash_token(token: str) -> str:
+    """What the store keeps of a token: its SHA-256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_hash_of(token_or_hash: str) -> str:
+    """A token's hash, given the token itself or already its hash (64 hex digits)."""
+    if len(token_or_hash) == 64 and all(ch in "0123456789abcdef" for ch in token_or_hash):
+        return token_or_hash
+    return hash_token(token_or_hash)
+
+
+def new_token(role: Role) -> str:
+    # 256 random bits; the prefix tells a reader (and a secret scanner) what it is.
+    return f"a2h_{role.value[:2]}_{secrets.token_urlsafe(32)}"
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    AGENT = "agent"
+    HUMAN = "human"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a token speaks for. The tenant comes from here, never from a message."""
+
+    tenant: str
+    role: Role
+    name: str
+    token_hash: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.role.value}:{self.name}"
+
+
+class StoreError(Exception):
+    """The store failed; nothing was written, and the operation may be retried."""
+
+
+class NewerDatabase(StoreError):
+    """The database was written by a newer version of the hub."""
+
+
+class UnsupportedStore(ValueError):
+    """The store target (a path or a URL) names a backend this build does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    tenant: str
+    conversation: str
+    op_id: str
+    deadline: float
+
+
+class TokenInfo(TypedDict):
+    """A token as the admin API lists it (never the token itself: only its hash)."""
+
+    hash: str
+    role: str
+    name: str
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run as ``run.list`` shows it: the run and how many calls its journal holds."""
+
+    run: Run
+    calls: int
+
+    def view(self) -> dict[str, Any]:
+        return self.run.view(calls=self.calls)
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    # -- identity
+    async def is_empty(self) -> bool: ...
+    async def bootstrap(self, tenant: str, human: str) -> tuple[str, str] | None:
+        """On an empty store, atomically create ``human``'s token and an agent token
+        ``default`` in ``tenant``: (human token, agent token). None if not empty."""
+        ...
+    async def create_token(self, tenant: str, role: Role, name: str,
+                           expires_at: float | None = None) -> str: ...
+    async def principal(self, token: str, now: float) -> Principal | None: ...
+    async def principal_by_hash(self, token_hash: str, now: float) -> Principal | None: ...
+    async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool: ...
+    async def list_tokens(self, tenant: str) -> list[TokenInfo]: ...
+    async def revoked_since(self, since: float) -> list[str]: ...
+    async def list_humans(self, tenant: str) -> list[str]: ...
+    async def create_session(self, token_hash: str, now: float, ttl: float) -> str: ...
+    async def session_principal(self, session: str, now: float) -> Principal | None: ...
+    async def end_session(self, session: str) -> None: ...
+
+    # -- requests and deadlines
+    async def apply(self, ops: list[Op]) -> list[Request | None | bool]: ...
+    async def get_request(self, tenant: str, op_id: str) -> Request | None: ...
+    async def load_room(self, tenant: str, conversation: str) -> list[Request]: ...
+    async def inbox(self, tenant: str, handle: str) -> list[Request]: ...
+    async def history(self, tenant: str, handle: str, limit: int) -> list[Request]: ...
+    async def due(self, now: float, limit: int) -> list[Due]: ...
+    async def counts(self) -> dict[str, int]: ...
+    async def changed_since(self, since: float, limit: int = 10_000) -> list[Request]:
+        """Requests created or resolved at or after ``since`` (oldest first): what another
+        node may have changed, for the multi-node reconcile loop."""
+        ...
+    async def pending_usage(self, tenant: str) -> tuple[int, int]:
+        """The tenant's pending requests: (how many, the sum of their payload bytes)."""
+        ...
+
+    # -- runs and their journal
+    async def run_step(self, tenant: str, event: Event, now: float,
+                       max_entries: int) -> Step:
+        """Read the snapshot ``event`` needs, let ``hub.journal.handle`` decide, write its
+        records; one transaction. Raises what ``handle`` raises (nothing is written)."""
+        ...
+    async def list_runs(self, tenant: str, status: RunStatus | None = None,
+                        limit: int = 100) -> list[RunSummary]:
+        """Runs of one tenant, most recently changed first."""
+        ...
+    async def run_pending(self, tenant: str, sender: str, limit: int = 500) -> list[Request]:
+        """Open requests an agent waits on: the ones it sent, and every open interrupt or
+        settlement of a run in its tenant (whoever resumes the run)."""
+        ...
+
+    # -- housekeeping
+    async def purge(self, before: float) -> int:
+        """Delete what ended before ``before``: resolved requests, finished runs with their
+        journals, expired sessions; reclaim the space. Returns requests + runs deleted."""
+        ...
+    async def ping(self) -> bool: ...
+    def statistics(self) -> dict[str, float]: ...
