@@ -28,8 +28,7 @@ from hub.protocol import MAX_JSON_DEPTH, Unauthorized
 from hub.server import create_app
 from hub.server.openapi import OPERATIONS, undescribed
 from hub.service import HubService
-from hub.store import Role
-from hub.store.sqlite import SQLiteStore
+from hub.store import Role, open_store
 
 BASE = "http://hub.test"
 
@@ -78,7 +77,7 @@ async def edge(tmp: Path, **settings: Any) -> AsyncIterator[Edge]:
     """A hub app with its service started (ASGITransport runs no lifespan)."""
     clock = NapClock()
     s = Settings(db=str(tmp / "hub.db"), **settings)
-    app = create_app(s, store=SQLiteStore(s.db), clock=clock, web_dir=tmp / "no-web")
+    app = create_app(s, store=open_store(s.db), clock=clock, web_dir=tmp / "no-web")
     hub: HubService = app.state.hub
     async with hub:
         store = hub.store
@@ -458,6 +457,28 @@ async def test_revoked_token_ends_a_long_poll_with_401(tmp_path: Path,
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "unauthorized"
             assert r.headers["www-authenticate"] == "Bearer"
+
+
+async def test_revoking_through_the_admin_api_ends_blocked_calls(tmp_path: Path) -> None:
+    """The real thing: an admin revokes the agent's token while its long-poll and its
+    waiting create block in the service; both answer 401 at once."""
+    async with edge(tmp_path) as e:
+        created = (await ask(e)).json()["request"]
+        op_id = created["op_id"]
+        poll = asyncio.ensure_future(
+            e.call("GET", f"/api/requests/{op_id}", e.agent, params={"wait": 300}))
+        key = str(uuid.uuid4())
+        create = asyncio.ensure_future(ask(e, key, wait=300))
+
+        async def both_parked() -> bool:
+            items = {i["op_id"]: i for i in await inbox(e)}
+            return key in items and items[op_id]["deadline"] > created["deadline"]
+        await until(both_parked, 10, "both calls block")
+        r = await e.call("POST", "/api/admin/tokens/revoke", e.admin, json={"token": e.agent})
+        assert r.status_code == 204
+        for done in (await asyncio.wait_for(poll, 10), await asyncio.wait_for(create, 10)):
+            assert done.status_code == 401 and done.json()["error"]["code"] == "unauthorized"
+        assert (await e.call("GET", "/api/me", e.agent)).status_code == 401
 
 
 # ---------------------------------------------------------------------------- sessions

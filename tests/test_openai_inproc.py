@@ -317,7 +317,7 @@ async def test_stream_role_at_once_keep_alives_on_the_clock_then_the_answer(
             assert fin["a2h"]["actor"] == "human:me"
             assert data(usage)["choices"] == [] and data(usage)["usage"]["total_tokens"] == 0
             assert done == "data: [DONE]"
-            assert e.clock.naps == []  # the tick was cancelled with the stream
+            assert 7.0 not in e.clock.naps  # the tick was cancelled with the stream
         finally:
             await live.aclose()
 
@@ -361,7 +361,23 @@ async def test_stream_ends_with_an_error_event_when_the_token_goes(
             (error,) = await live.rest()
             err = data(error)["error"]
             assert err["code"] == "invalid_api_key" and err["type"] == "authentication_error"
-            assert e.clock.naps == []
+            assert 7.0 not in e.clock.naps
+        finally:
+            await live.aclose()
+
+
+async def test_revoking_the_token_ends_an_open_stream(tmp_path: Path) -> None:
+    async with edge(tmp_path, sse_keepalive=7.0) as e:
+        live = await stream(e, q("Revoke me?"))
+        try:
+            data(await live.event())
+            await until(lambda: 7.0 in e.clock.naps, 10, "the stream waits")
+            r = await e.call("POST", "/api/admin/tokens/revoke", e.admin,
+                             json={"token": e.agent})
+            assert r.status_code == 204
+            (error,) = await live.rest()
+            assert data(error)["error"]["type"] == "authentication_error"
+            assert 7.0 not in e.clock.naps
         finally:
             await live.aclose()
 
@@ -383,7 +399,7 @@ async def test_a_client_that_leaves_ends_the_stream_and_its_tasks(
         data(await live.event())
         await until(lambda: 7.0 in e.clock.naps, 10, "the tick parks")
         await live.aclose()
-        assert ended == ["cancelled"] and e.clock.naps == []
+        assert ended == ["cancelled"] and 7.0 not in e.clock.naps
 
 
 async def test_stream_refusals_are_plain_http_errors(tmp_path: Path) -> None:
