@@ -1,11 +1,19 @@
-"""Operations endpoints: /healthz proves the store answers; /metrics in Prometheus text."""
+"""Operations endpoints: /healthz proves the store answers; /metrics in Prometheus text.
+
+``/healthz`` is public. ``/metrics`` shows counts across every tenant, so it needs an admin
+bearer token (Prometheus: ``authorization: {credentials: <token>}`` in the scrape config),
+unless the hub runs with ``--metrics-public`` (``A2H_METRICS_PUBLIC=1``).
+"""
 
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from hub.server.auth import authenticate
+from hub.server.errors import endpoint
 from hub.service import HubService
+from hub.store import Role
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -17,8 +25,11 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
 
 
-async def metrics(request: Request) -> PlainTextResponse:
+@endpoint
+async def metrics(request: Request) -> Response:
     hub: HubService = request.app.state.hub
+    if not hub.settings.metrics_public:
+        await authenticate(request, Role.ADMIN, cookies=False)
     st = hub.statistics()
     lines: list[str] = []
 
