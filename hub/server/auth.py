@@ -19,12 +19,12 @@ tokens only (the admin API, ``/v1``, ``/metrics``), so no cross-site request rea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-from hub.protocol import Denied, HubError, Unauthorized
+from hub.protocol import Denied, Unauthorized
 from hub.store import Principal, Role
 
 if TYPE_CHECKING:
@@ -66,23 +66,13 @@ def hub_of(conn: HTTPConnection) -> HubService:
     return hub
 
 
-@overload
 async def authenticate(conn: HTTPConnection, *roles: Role, state_changing: bool = False,
-                       cookies: bool = True) -> Principal: ...
-
-
-@overload
-async def authenticate(conn: HTTPConnection, hub: HubService, /, *,
-                       websocket: bool) -> Principal | None: ...
-
-
-async def authenticate(conn: HTTPConnection, *roles: Role | HubService,
-                       state_changing: bool = False, cookies: bool = True,
-                       websocket: bool | None = None) -> Principal | None:
+                       cookies: bool = True) -> Principal:
     """Who is calling, refused unless their role is one of ``roles`` (any role if none).
 
     Args:
-        conn: the HTTP request or the WebSocket (before accept).
+        conn: the HTTP request or the WebSocket (before accept; a cookie socket must come
+            from the hub's own origin or an allowed one).
         roles: the roles this call accepts.
         state_changing: the call changes state: refuse a cookie-authenticated request
             from another site.
@@ -94,18 +84,8 @@ async def authenticate(conn: HTTPConnection, *roles: Role | HubService,
     Raises:
         Unauthorized: no token or session, or a bad, revoked or expired one.
         Denied: a role not in ``roles``, or a cross-site browser request.
-
-    The second form, ``authenticate(conn, hub, websocket=...)`` returning ``None`` when
-    refused, is the old one, kept only until ``hub/server/ws.py`` calls the first form;
-    remove it then.
     """
-    if websocket is not None:  # the old form (ws.py): None instead of an exception
-        try:
-            return await _authenticate(conn, (), state_changing=False, cookies=True)
-        except HubError:
-            return None
-    wanted = tuple(r for r in roles if isinstance(r, Role))
-    return await _authenticate(conn, wanted, state_changing=state_changing, cookies=cookies)
+    return await _authenticate(conn, roles, state_changing=state_changing, cookies=cookies)
 
 
 async def _authenticate(conn: HTTPConnection, roles: tuple[Role, ...], *,

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+import hub.server.openapi as openapi
 from hub.core import AnswerSubmitted, CancelRequested
 from hub.core import Request as HubRequest
 from hub.protocol import (
@@ -47,10 +48,10 @@ from hub.protocol import (
     parse_ask,
 )
 from hub.schema import SchemaError, check_schema, check_tools
-from hub.server import openapi
 from hub.server.auth import authenticate, hub_of
 from hub.server.bodies import MAX_API_BODY, read_object
 from hub.server.errors import endpoint
+from hub.service import listing
 from hub.store import Role
 
 _rids = itertools.count(1)
@@ -179,7 +180,7 @@ async def inbox(request: Request) -> Response:
     """GET /api/inbox: pending requests addressed to this human, nearest deadline first."""
     who = await authenticate(request, Role.HUMAN)
     items = await hub_of(request).inbox(who)
-    return JSONResponse({"items": [r.view() for r in items]})
+    return JSONResponse({"items": listing(items)})
 
 
 @endpoint
@@ -190,7 +191,7 @@ async def history(request: Request) -> Response:
     if not raw.isdigit() or not 1 <= int(raw) <= 500:
         raise Invalid("'limit' must be an integer 1..500")
     items = await hub_of(request).history(who, int(raw))
-    return JSONResponse({"items": [r.view() for r in items]})
+    return JSONResponse({"items": listing(items)})
 
 
 @endpoint
