@@ -156,6 +156,29 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(kind: str, doc: dict[str, Any], out: str | None) -> Path:
+    out_dir = Path(out) if out else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc.setdefault("meta", {}).update({
+        "command": "python -m bench " + " ".join(sys.argv[1:]), "git": _git_commit(),
+        "machine": _sys.machine(), "versions": _sys.versions()})
+    path = out_dir / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    log(f"wrote {path}")
+    return path
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from bench.soak import SoakConfig, run_soak, summary
+
+    cfg = SoakConfig(seconds=args.seconds, kills=args.kills, agents=args.agents,
+                     humans=args.humans, seed=args.seed, drain=args.drain)
+    doc = run_soak(cfg)
+    _write("soak", doc, args.out)
+    print(summary(doc))
+    return 0 if doc["ok"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--rate-per-agent", type=float, default=0.0,
                       help="pace each agent (asks/s); 0: closed loop")
     prof.set_defaults(fn=cmd_profile)
+    soak = sub.add_parser("soak", help="agents and humans over a hub SIGKILLed at random moments")
+    soak.add_argument("--seconds", type=float, default=60.0, help="the asking window")
+    soak.add_argument("--kills", type=int, default=4, help="SIGKILLs inside the window")
+    soak.add_argument("--agents", type=int, default=20)
+    soak.add_argument("--humans", type=int, default=2)
+    soak.add_argument("--seed", type=int, default=1515)
+    soak.add_argument("--drain", type=float, default=60.0,
+                      help="seconds in-flight asks may take to settle after the window")
+    soak.add_argument("--out", help="results directory (default bench/results)")
+    soak.set_defaults(fn=cmd_soak)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 
