@@ -230,12 +230,13 @@ async def _killer(server: Server, cfg: SoakConfig, books: _Books, t_start: float
     for when, pause in zip(at, pauses):
         await asyncio.sleep(max(0.0, t_start + when - loop.time()))
         t_kill = _sys.now_ns()
+        at_s = round(loop.time() - t_start, 2)
         server.kill()
         await asyncio.sleep(pause)
         t_spawn = _sys.now_ns()
         server.start(wait=False)
         t_up = await asyncio.to_thread(wait_healthy, server, 60.0)
-        books.kills.append({"at_s": round(loop.time() - t_start, 2), "pause_s": round(pause, 3),
+        books.kills.append({"at_s": at_s, "pause_s": round(pause, 3),
                             "serving_after_restart_s": round((t_up - t_spawn) / 1e9, 3),
                             "down_s": round((t_up - t_kill) / 1e9, 3),
                             "answered_before": len(books.got)})
