@@ -179,6 +179,21 @@ def cmd_soak(args: argparse.Namespace) -> int:
     return 0 if doc["ok"] else 1
 
 
+def cmd_flood(args: argparse.Namespace) -> int:
+    from bench.flood import FloodConfig, run_flood, summary
+
+    cfg = FloodConfig(asks=args.asks, conns=args.conns, window=args.window,
+                      expires_in=args.expires_in,
+                      pending_bytes_cap=int(args.pending_mib * 2**20),
+                      retention=args.retention, wait_rooms=not args.no_room_wait,
+                      conn_flood=args.sockets)
+    doc = run_flood(cfg)
+    _write("flood", doc, args.out)
+    print(summary(doc))
+    ok = doc["asks"]["cap_held"] and doc.get("hub_alive", False)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,6 +238,21 @@ def main(argv: list[str] | None = None) -> int:
                       help="seconds in-flight asks may take to settle after the window")
     soak.add_argument("--out", help="results directory (default bench/results)")
     soak.set_defaults(fn=cmd_soak)
+    flood = sub.add_parser("flood", help="large asks and partial headers against the limits")
+    flood.add_argument("--asks", type=int, default=6000, help="large asks in the flood")
+    flood.add_argument("--conns", type=int, default=16, help="agent sockets of the flood")
+    flood.add_argument("--window", type=int, default=32, help="asks in flight per socket")
+    flood.add_argument("--expires-in", type=float, default=8.0)
+    flood.add_argument("--pending-mib", type=float, default=64.0,
+                       help="--max-pending-bytes-per-tenant of the hub, MiB")
+    flood.add_argument("--retention", type=float, default=10.0,
+                       help="--retention of the hub, seconds")
+    flood.add_argument("--sockets", type=int, default=5000,
+                       help="partial-header sockets (0: skip that flood)")
+    flood.add_argument("--no-room-wait", action="store_true",
+                       help="measure 'after' at the purge, not once the rooms went idle")
+    flood.add_argument("--out", help="results directory (default bench/results)")
+    flood.set_defaults(fn=cmd_flood)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 
