@@ -194,6 +194,14 @@ def cmd_flood(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.compare import compare
+
+    print(compare(args.a, args.b, changed=args.changed / 100, match=args.match,
+                  everything=args.all))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,6 +261,16 @@ def main(argv: list[str] | None = None) -> int:
                        help="measure 'after' at the purge, not once the rooms went idle")
     flood.add_argument("--out", help="results directory (default bench/results)")
     flood.set_defaults(fn=cmd_flood)
+    cmp_ = sub.add_parser("compare", help="two result files side by side, with B/A")
+    cmp_.add_argument("a", metavar="A.json")
+    cmp_.add_argument("b", metavar="B.json")
+    cmp_.add_argument("--changed", type=float, default=0.0, metavar="PCT",
+                      help="only figures that moved by more than PCT %%")
+    cmp_.add_argument("--match", nargs="+", metavar="TEXT",
+                      help="only figures whose path contains one of these")
+    cmp_.add_argument("--all", action="store_true",
+                      help="also the meta block, configurations and data series")
+    cmp_.set_defaults(fn=cmd_compare)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 

@@ -294,6 +294,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     tokens = server.tokens(agents=[f"soak{k}" for k in range(cfg.agents)], humans=humans)
     log(f"soak: {cfg.agents} agents, {cfg.humans} humans, {cfg.seconds:.0f} s, {cfg.kills} "
         f"SIGKILLs, seed {cfg.seed}; database {server.db}")
+    t_wall = time.time()
     server.start()
     try:
         books, elapsed = asyncio.run(asyncio.wait_for(
@@ -353,8 +354,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         "detail": {"lost": lost[:20], "wrong": wrong[:20], "duplicated_rows": dup_rows[:20],
                    "extra_rows": extra_rows[:20], "crossed": crossed[:20],
                    "human_mismatch": sorted(set(books.human_mismatch))[:20]},
-        "database": str(server.db),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "meta": {"database": str(server.db),
+                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_wall))},
     }
     return out
 
