@@ -1,11 +1,21 @@
-"""``python -m bench``: run the suite, render its report, profile the hub.
+"""``python -m bench``: run the suite, render its report, profile the hub, soak and flood it,
+compare two runs.
 
     .venv/bin/python -m bench run [--quick] [--scenario NAME ...] [--n N ...] [--publish]
     .venv/bin/python -m bench report bench/results/RESULT.json [--publish]
     .venv/bin/python -m bench profile [--n 1000] [--duration 20]
+    .venv/bin/python -m bench soak [--seconds 60] [--kills 4] [--agents 20] [--seed 1515]
+    .venv/bin/python -m bench flood [--asks 6000] [--pending-mib 64] [--retention 10] [--sockets 5000]
+    .venv/bin/python -m bench compare A.json B.json [--changed PCT] [--match TEXT ...]
 
 ``run`` writes ``bench/results/<timestamp>.json`` and ``bench/results/report.md`` with PNG
 plots next to it; ``--publish`` also writes ``docs/performance.md`` and ``docs/perf/*.png``.
+``soak`` (``bench/soak.py``) SIGKILLs the hub at seeded random moments under SDK agents and
+humans and checks the books (lost, duplicated, wrong, inboxes left): exit 1 if any is not 0.
+``flood`` (``bench/flood.py``) floods a hub run with the user's default limits with large
+asks and partial headers: RSS, database size, caps, memory given back. Both write
+``bench/results/{soak,flood}-<timestamp>.json``. ``compare`` (``bench/compare.py``) prints
+each figure of two result files side by side with B/A.
 """
 
 from __future__ import annotations
