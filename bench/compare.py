@@ -25,8 +25,13 @@ _SKIP_TOP = ("meta", "series", "config", "hub_flags", "plan")
 
 
 def _key(item: dict[str, Any], index: int) -> str:
-    parts = [f"{f}={item[f]}" if f in ("n", "rep") else str(item[f])
-             for f in _ID_FIELDS if isinstance(item.get(f), (str, int)) and f in item]
+    parts: list[str] = []
+    for f in _ID_FIELDS:
+        v = item.get(f)
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            part = f"{f}={v}" if f in ("n", "rep") else str(v)
+            if part not in parts:  # label "hub" and server "hub": once
+                parts.append(part)
     return "[" + ",".join(parts) + "]" if parts else f"[{index}]"
 
 
@@ -55,7 +60,8 @@ def flatten(doc: Any, prefix: str = "", *, everything: bool = False) -> dict[str
                     seen[k] = seen.get(k, 0) + 1
                     if seen[k] > 1:  # the same name twice: tell them apart by position
                         k = f"{k[:-1]}#{seen[k]}]"
-                    walk(x, path + k)
+                    # The naming fields are in the key: not figures of their own.
+                    walk({f: y for f, y in x.items() if f not in _ID_FIELDS}, path + k)
             elif len(v) <= _SERIES and all(isinstance(x, (int, float, str)) for x in v) \
                     and not everything:
                 for i, x in enumerate(v):
