@@ -35,6 +35,7 @@ from hub.core import (
     WaitRequested,
 )
 from hub.gateway import Gateway, inbox_tag, op_tag, token_tag
+from hub.memory import Reclaimer
 from hub.protocol import (
     Ask,
     CloseCode,
@@ -64,15 +65,18 @@ class HubService:
         self.clock: Clock = clock or SystemClock()
         self.bus: Bus = bus or LocalBus()
         self.gateway = Gateway()
+        self.memory = Reclaimer(self.clock)
         # With other nodes on the same store, a room's cache is re-read at each batch: the
         # store decides (compare-and-set), a node's memory only routes.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
                               idle_seconds=settings.room_idle,
                               on_loaded=self._on_room_loaded,
-                              validate=self.bus.distributed)
+                              validate=self.bus.distributed,
+                              on_evicted=self.memory.freed)
         self.alarms = Alarms(store, self.clock, self._fire_alarm,
-                             sweep_interval=settings.alarm_sweep, retention=settings.retention)
+                             sweep_interval=settings.alarm_sweep, retention=settings.retention,
+                             on_purged=self.memory.freed)
         # (tenant, op_id) -> (conversation, addressee), for pending requests this process has
         # seen: lets a respond/wait/cancel by op_id find its room without a store read.
         self._where: dict[tuple[str, str], tuple[str, str]] = {}

@@ -288,3 +288,30 @@ async def test_expired_tokens_lose_their_sockets_and_waits(tmp_path: Path) -> No
         assert agent.ws.close_code == 4001
         with pytest.raises(Unauthorized):
             await asyncio.wait_for(poll, 5)
+
+
+def test_memory_is_given_back_after_drops_at_most_once_per_interval() -> None:
+    from hub.memory import Reclaimer
+
+    clock = FakeClock()
+    r = Reclaimer(clock, min_interval=10)
+    calls: list[int] = []
+    r._trim = calls.append  # the real one is glibc's malloc_trim
+    r.freed(0)
+    assert calls == []  # nothing dropped: nothing to give back
+    r.freed(5)
+    r.freed(5)
+    assert calls == [0]
+    clock.advance(10)
+    r.freed(1)
+    assert calls == [0, 0] and r.trims == 2
+
+
+def test_the_write_ahead_log_is_cut_back_after_checkpoints(tmp_path: Path) -> None:
+    from hub.store.sqlite import WAL_SIZE_LIMIT, connect_sync
+
+    conn = connect_sync(tmp_path / "w.db")
+    try:
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_SIZE_LIMIT
+    finally:
+        conn.close()
