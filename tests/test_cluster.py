@@ -21,7 +21,7 @@ from cluster_util import Cluster, NatsServer, pg_schema, psql
 from e2e_util import UNIT, a2h, until
 from websockets.asyncio.client import connect
 
-from client_sdk import AlreadyResolved, Hub
+from client_sdk import AlreadyResolved, Hub, RunNotActive
 
 pytestmark = pytest.mark.e2e
 
@@ -260,3 +260,65 @@ async def test_bus_restart_under_load(tmp_path: Path, store: str, nats: NatsServ
             assert health["ok"] is True
     assert {r[1] for r in rows(store)} == {"answered"}
 
+
+
+async def test_runs_resume_on_another_node_and_stay_fenced(tmp_path: Path, store: str,
+                                                           nats: NatsServer) -> None:
+    """A run started through node A is taken over through node B (fencing: A's execution is
+    refused from then on); A dies; the run, resumed through B, completes without repeating
+    a journaled call."""
+    with Cluster(tmp_path, store, nats.url, 2) as c:
+        agent = c.token(agent="bot")
+        c.token(human="me")
+        a_url, b_url = c.urls
+        called: list[str] = []
+
+        async def step(name: str) -> str:
+            called.append(name)
+            return name.upper()
+
+        async with Hub(a_url, agent) as on_a, Hub(b_url, agent) as on_b:
+            async with on_a.run("moving", conversation="runs", version="1") as first:
+                assert await first.call(step, "one") == "ONE"
+                # A second execution takes the run over through node B...
+                async with on_b.run("moving", conversation="runs", version="1") as second:
+                    assert await second.call(step, "one") == "ONE"  # replayed, not called
+                    # ...and the first one, through node A, is fenced off.
+                    with pytest.raises(RunNotActive):
+                        await first.call(step, "two")
+                    c.nodes[0].kill()
+                    assert await second.call(step, "two") == "TWO"
+        async with Hub(b_url, agent) as again:
+            async with again.run("moving", conversation="runs", version="1") as third:
+                assert await third.call(step, "one") == "ONE"
+                assert await third.call(step, "two") == "TWO"
+            runs = await again.runs()
+    assert called == ["one", "two"]  # every journaled call ran exactly once
+    assert [r.status for r in runs if r.run_id == "moving"] == ["completed"]
+
+
+async def test_browser_inbox_on_node_b_for_a_request_asked_on_node_a(
+        tmp_path: Path, store: str, nats: NatsServer) -> None:
+    from playwright.async_api import async_playwright
+
+    with Cluster(tmp_path, store, nats.url, 2) as c:
+        agent = c.token(agent="bot")
+        human = c.token(human="me")
+        a_url, b_url = c.urls
+        async with async_playwright() as pw, Hub(a_url, agent) as ag:
+            browser = await pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"])
+            try:
+                page = await browser.new_page()
+                await page.goto(f"{b_url}/#token={human}")
+                await page.wait_for_selector("#whoami", state="attached")
+                task = asyncio.create_task(ag.ask("me", "Asked on node A?", conversation="br",
+                                                  op_id="browser-1", choices=["yes", "no"],
+                                                  wait=60))
+                await page.get_by_text("Asked on node A?").first.wait_for(timeout=10_000)
+                await page.get_by_role("button", name="yes", exact=True).first.click()
+                answer = await asyncio.wait_for(task, 20 * UNIT)
+                assert (answer.value, answer.actor) == ("yes", "human:me")
+            finally:
+                await browser.close()
