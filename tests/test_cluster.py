@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from cluster_util import Cluster, NatsServer, pg_schema, psql
+from cluster_util import Cluster, NatsServer, PrivatePostgres, pg_schema, psql
 from e2e_util import UNIT, a2h, until
 from websockets.asyncio.client import connect
 
-from client_sdk import AlreadyResolved, Hub, RunNotActive
+from client_sdk import AlreadyResolved, Hub, RetryableError, RunNotActive
 
 pytestmark = pytest.mark.e2e
 
@@ -322,3 +322,55 @@ async def test_browser_inbox_on_node_b_for_a_request_asked_on_node_a(
                 assert (answer.value, answer.actor) == ("yes", "human:me")
             finally:
                 await browser.close()
+
+
+async def test_postgres_restart_under_load(tmp_path: Path, nats: NatsServer) -> None:
+    """The database restarts while agents ask and a person answers: the nodes answer
+    retryable errors meanwhile, recover by themselves, and lose nothing."""
+    pg = PrivatePostgres().init().start()
+    try:
+        with Cluster(tmp_path, pg.url, nats.url, 2) as c:
+            agent = c.token(agent="bot")
+            human = c.token(human="me")
+            a_url, b_url = c.urls
+            done = asyncio.Event()
+
+            async def person() -> None:
+                async with Hub([b_url, a_url], human, max_backoff=0.3) as h:
+                    while not done.is_set():
+                        try:
+                            for item in await asyncio.wait_for(h.inbox(), 5):
+                                await h.respond(item.op_id, item.question.split()[-1][:-1])
+                        except Exception:  # the database is restarting: try again shortly
+                            pass
+                        await asyncio.sleep(0.02)
+
+            async def asker(k: int) -> list[tuple[str, object]]:
+                out = []
+                async with Hub([a_url, b_url], agent, max_backoff=0.3) as hub:
+                    for j in range(8):
+                        op = f"pg{k}-{j}"
+                        while True:
+                            try:
+                                ans = await hub.ask("me", f"value {op}?", conversation=f"p{k}",
+                                                    op_id=op, wait=60)
+                                break
+                            except RetryableError:  # unavailable while it restarts
+                                await asyncio.sleep(0.1)
+                        out.append((op, ans.value))
+                return out
+
+            answering = asyncio.create_task(person())
+            work = asyncio.gather(*(asker(k) for k in range(4)))
+            await asyncio.sleep(0.5 * UNIT)
+            pg.restart()
+            results = await asyncio.wait_for(work, 120 * UNIT)
+            done.set()
+            await answering
+        flat = [r for rs in results for r in rs]
+        assert len(flat) == 32 and all(value == op for op, value in flat)
+        out = psql("SELECT count(*), count(*) FILTER (WHERE status = 'answered') "
+                   "FROM requests", pg.url)
+        assert out.strip() == "32|32"
+    finally:
+        pg.destroy()
