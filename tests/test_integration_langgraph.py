@@ -380,3 +380,15 @@ async def test_a_restarted_agent_process_reattaches_and_resumes_once(
         out, err = await asyncio.wait_for(third.communicate(), 60 * UNIT)
         assert third.returncode == 0, err.decode()[-3000:]
         assert json.loads(out) == ["ran deploy", "feedback not now"]
+
+
+def test_the_core_sdk_imports_no_framework() -> None:
+    """``import client_sdk`` stays as light as the core install: the adapters are extras."""
+    import subprocess
+
+    code = ("import sys, client_sdk, client_sdk.integrations; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'langgraph', 'langchain', 'langchain_core', 'agents', 'openai', 'httpx'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60 * UNIT, cwd=HERE.parent).stdout
+    assert out.strip() == "[]"
