@@ -255,26 +255,44 @@ def _store_error(exc: BaseException) -> StoreError:
 
 async def migrate(conn: _Conn, where: str) -> int:
     """Bring the schema (in the first schema of ``search_path``) to SCHEMA_VERSION under an
-    advisory lock; refuse a database newer than this code. Returns the version found."""
+    advisory lock; refuse a database newer than this code. Returns the version found.
+
+    An up-to-date database is only read (a node may start on a read-only database)."""
+    found = await _version(conn)
+    if found is not None and found >= SCHEMA_VERSION:
+        _refuse_newer(found, where)
+        return found
     async with conn.transaction():
+        # Nodes starting at once take turns; the later ones find the work done.
         await conn.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended("
             "'a2h.migrate:' || coalesce(current_schema(), ''), 0))")
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS a2h_schema (version integer NOT NULL)")
-        found = await conn.fetchval("SELECT max(version) FROM a2h_schema")
+        found = await _version(conn)
         if found is None:
             await conn.execute("INSERT INTO a2h_schema VALUES (0)")
             found = 0
-        if found > SCHEMA_VERSION:
-            raise NewerDatabase(
-                f"{where} has schema version {found}, but this a2h knows only up to "
-                f"{SCHEMA_VERSION}: upgrade a2h-hub, or point --store at another database")
+        _refuse_newer(found, where)
         for number in range(found, SCHEMA_VERSION):
             await conn.execute(MIGRATIONS[number])
             await conn.execute("UPDATE a2h_schema SET version = $1", number + 1)
             log.info("%s: schema migrated to version %d", where, number + 1)
-        return int(found)
+        return found
+
+
+async def _version(conn: _Conn) -> int | None:
+    if await conn.fetchval("SELECT to_regclass('a2h_schema')") is None:
+        return None
+    found = await conn.fetchval("SELECT max(version) FROM a2h_schema")
+    return None if found is None else int(found)
+
+
+def _refuse_newer(found: int, where: str) -> None:
+    if found > SCHEMA_VERSION:
+        raise NewerDatabase(
+            f"{where} has schema version {found}, but this a2h knows only up to "
+            f"{SCHEMA_VERSION}: upgrade a2h-hub, or point --store at another database")
 
 
 # ---------------------------------------------------------------------------- request operations
