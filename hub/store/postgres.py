@@ -10,8 +10,8 @@ node's memory (invariant 2):
   an op that did not match reports the stored row, exactly like ``SQLiteStore``. Two nodes
   resolving one request at once: PostgreSQL's row lock makes the second ``UPDATE`` wait
   for the first, re-check ``status='pending'`` on the committed row, and match nothing.
-- Group commit: every ``apply`` queued while a commit runs goes into the next one (a few
-  flusher tasks, owned by the store, take turns). With distinct keys, one statement per
+- Group commit: every ``apply`` queued while a commit runs goes into the next one (a
+  flusher task owned by the store), so a node's ops commit in the order they came. With distinct keys, one statement per
   kind of op does the whole batch (``unnest`` of arrays); rows are touched in key order so
   two nodes' batches cannot deadlock each other (and a deadlock or serialization failure
   is retried: PostgreSQL rolled it back, nothing was written). A batch that repeats a key
@@ -21,7 +21,11 @@ node's memory (invariant 2):
   a later statement (so it sees what the previous lock holder committed), lets
   ``hub.journal.handle`` decide and writes what it returned, in one transaction: fencing
   of a stale execution holds across nodes. A run's first ``run.begin`` has no row to lock
-  yet: it takes a transaction-scoped advisory lock on the run's key first.
+  yet: it takes a transaction-scoped advisory lock on the run's key first. Within a node,
+  steps of one run also queue in order (FIFO) before they take a connection: the first
+  step submitted is the first decided, as with SQLite's writer, and waiters queue in
+  memory rather than holding pooled connections while they wait for the row lock. That
+  queue is only about order and efficiency: across nodes, the row lock decides.
 - ``bootstrap`` holds an exclusive advisory lock that ``create_token`` takes shared: five
   racing calls, on any nodes, create exactly one pair.
 
@@ -170,8 +174,10 @@ _LOCK_CLASS = 0x0A2B
 _LOCK_IDENTITY = 1  # shared by create_token, exclusive for bootstrap
 _LOCK_RUN_KEY = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
 
-#: Group-commit flushers: while one waits for its COMMIT, another sends the next batch.
-FLUSHERS = 2
+#: Group-commit flushers. One, like SQLite's writer: a node's batches commit in the order
+#: they were submitted (more would overlap one batch's COMMIT with the next batch, but
+#: could commit a later batch first).
+FLUSHERS = 1
 #: How often a transaction is tried when the database rolled it back for us (lost
 #: connection before COMMIT, deadlock, serialization failure).
 ATTEMPTS = 3
@@ -206,19 +212,24 @@ def redact(url: str) -> str:
         return url.partition("://")[0] + "://..."
 
 
-#: Errors after which the database rolled the transaction back by itself: a transaction
-#: that met one before its COMMIT was sent may simply run again.
+#: Errors after which the database rolled the transaction back by itself, on a connection
+#: that worked until then: a transaction that met one before its COMMIT was sent may simply
+#: run again (on a fresh connection). A failure to connect is not retried on the spot: the
+#: caller is told at once (retry later).
 _ROLLED_BACK: tuple[type[BaseException], ...] = (
     asyncpg.TransactionRollbackError,  # deadlock detected, serialization failure
-    asyncpg.PostgresConnectionError,  # incl. ConnectionDoesNotExistError
-    asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-    asyncpg.TooManyConnectionsError,
+    asyncpg.PostgresConnectionError,  # incl. ConnectionDoesNotExistError (lost mid-query)
+    asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,  # the server restarts
+)
+
+#: Failures to reach the database at all.
+_UNREACHABLE: tuple[type[BaseException], ...] = (
+    asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError, asyncpg.InterfaceError,
     ConnectionError, OSError, asyncio.TimeoutError,
 )
 
 #: Errors about the database as a whole (not one item of a batch).
-_WHOLE: tuple[type[BaseException], ...] = _ROLLED_BACK + (
-    asyncpg.InterfaceError,  # the connection or the pool is closed
+_WHOLE: tuple[type[BaseException], ...] = _ROLLED_BACK + _UNREACHABLE + (
     asyncpg.InsufficientResourcesError,  # disk full, out of memory, too many connections
     asyncpg.OperatorInterventionError,  # shutdown, statement cancelled
     asyncpg.ReadOnlySQLTransactionError,  # a standby, or default_transaction_read_only
@@ -240,8 +251,7 @@ def _store_error(exc: BaseException) -> StoreError:
         what = f"the database is out of resources ({exc})"
     elif isinstance(exc, asyncpg.TransactionRollbackError):
         what = f"the database aborted the transaction ({exc})"
-    elif isinstance(exc, _ROLLED_BACK + (asyncpg.InterfaceError,
-                                         asyncpg.OperatorInterventionError)):
+    elif isinstance(exc, _ROLLED_BACK + _UNREACHABLE + (asyncpg.OperatorInterventionError,)):
         what = f"the database is unreachable ({type(exc).__name__}: {exc})"
     else:
         what = f"the database failed ({type(exc).__name__}: {exc})"
@@ -493,6 +503,14 @@ class _Job:
 
 
 @dataclass(slots=True)
+class _Gate:
+    """The queue of one run's steps on this node (see the module docstring)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+@dataclass(slots=True)
 class _Stats:
     commits: int = 0
     items: int = 0
@@ -522,6 +540,8 @@ class PostgresStore:
         self._jobs: list[_Job] = []
         self._wake = asyncio.Event()
         self._flushers: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._gates: dict[tuple[str, str], _Gate] = {}
         self._stats = _Stats()
         self.schema_version_found = 0
 
@@ -545,6 +565,7 @@ class PostgresStore:
             self._pool.terminate()
             raise self._open_error(exc) from None
         self._wake = asyncio.Event()
+        self._closing = False
         self._flushers = [asyncio.create_task(self._flush_forever(), name=f"a2h-pg-flush-{i}")
                           for i in range(FLUSHERS)]
 
@@ -557,12 +578,17 @@ class PostgresStore:
                           f"{type(exc).__name__}: {text}")
 
     async def close(self) -> None:
-        for task in self._flushers:
-            task.cancel()
-        for task in self._flushers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._flushers = []
+        """Commit what is queued (bounded: 10 s), then close the pool."""
+        flushers, self._flushers = self._flushers, []
+        self._closing = True
+        self._wake.set()
+        if flushers:
+            _, late = await asyncio.wait(flushers, timeout=10.0)
+            for task in late:
+                task.cancel()
+            for task in late:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         jobs, self._jobs = self._jobs, []
         for job in jobs:
             if not job.fut.done():
@@ -627,12 +653,20 @@ class PostgresStore:
     # -- group commit of request operations
 
     async def _flush_forever(self) -> None:
-        while True:
+        while not self._closing:
             await self._wake.wait()
             self._wake.clear()
             while self._jobs:
                 batch, self._jobs = self._jobs, []
-                await self._commit(batch)
+                try:
+                    await self._commit(batch)
+                except asyncio.CancelledError:
+                    for job in batch:
+                        if not job.fut.done():
+                            job.fut.set_exception(StoreError(
+                                "the store closed during the commit: its outcome is unknown"))
+                    raise
+        self._wake.set()  # the other flushers stop too
 
     async def _commit(self, batch: list[_Job]) -> None:
         st = self._stats
@@ -674,7 +708,7 @@ class PostgresStore:
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
         if not ops:
             return []
-        if not self._flushers:
+        if not self._flushers or self._closing:
             raise StoreError("the store is not open")
         fut: asyncio.Future[list[Request | None | bool]] = \
             asyncio.get_running_loop().create_future()
@@ -838,7 +872,19 @@ class PostgresStore:
 
     async def run_step(self, tenant: str, event: Event, now: float,
                        max_entries: int) -> Step:
-        return await self._transact(lambda c: _step(c, tenant, event, now, max_entries))
+        key = (tenant, event.run_id)
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = _Gate()
+        gate.users += 1
+        try:
+            async with gate.lock:
+                return await self._transact(
+                    lambda c: _step(c, tenant, event, now, max_entries))
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._gates[key]
 
     async def list_runs(self, tenant: str, status: RunStatus | None = None,
                         limit: int = 100) -> list[RunSummary]:
