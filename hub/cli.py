@@ -25,6 +25,9 @@ EXIT_PENDING = 13
 _HELP = {
     "host": "address to listen on", "port": "port to listen on (0: any free port)",
     "db": "SQLite database file", "sync": "SQLite synchronous mode: full or normal",
+    "store": "store URL shared by several nodes, postgresql://USER@HOST:PORT/DB "
+             "(default: the SQLite --db)",
+    "bus": "bus between nodes, nats://HOST:PORT (default: this node serves alone)",
     "room_idle": "seconds before an idle room is dropped from memory",
     "room_mailbox": "messages a room queues before answering 'overloaded'",
     "max_frame": "largest WebSocket frame in bytes (bigger closes with 1009)",
@@ -63,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = token.add_subparsers(dest="token_command", required=True)
     create = tsub.add_parser("create", help="print one new token on stdout")
     create.add_argument("--db", default=_env("db", "./a2h.db"))
+    create.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
     create.add_argument("--tenant", default="default")
     who = create.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", metavar="NAME")
@@ -72,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = tsub.add_parser("revoke", help="revoke a token")
     revoke.add_argument("token")
     revoke.add_argument("--db", default=_env("db", "./a2h.db"))
+    revoke.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
 
     ask = sub.add_parser("ask", help="ask a human and print the answer")
     ask.add_argument("question")
@@ -109,10 +116,10 @@ def token_command(args: argparse.Namespace) -> int:
     """Create or revoke a token through the store, whether or not a hub runs on it."""
     import time
 
-    from hub.store import NewerDatabase, Role, UnsupportedStore, open_store
+    from hub.store import Role, StoreError, UnsupportedStore, open_store
 
     async def run() -> int:
-        store = open_store(args.db)
+        store = open_store(args.store or args.db)
         await store.open()
         try:
             if args.token_command == "create":
@@ -133,7 +140,7 @@ def token_command(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(run())
-    except (NewerDatabase, UnsupportedStore) as exc:
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
 
@@ -197,7 +204,7 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
     from hub.store import open_store
 
     async def run() -> tuple[str, str] | None:
-        store = open_store(settings.db, synchronous=settings.sync)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync)
         await store.open()
         try:
             return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)
@@ -213,15 +220,20 @@ def serve(args: argparse.Namespace) -> int:
     from hub.logs import configure as configure_logging
     from hub.server import create_app
     from hub.server.connections import ConnectionGuard, protocols
-    from hub.store import NewerDatabase, UnsupportedStore
+    from hub.store import StoreError, UnsupportedStore
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
     try:
         first = bootstrap(settings)
-    except (NewerDatabase, UnsupportedStore) as exc:
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
+    if "://" in settings.store and not settings.bus:
+        # A shared store with no bus: other nodes' commits reach this node's sockets only
+        # through the periodic reconcile, and this node's never wake theirs.
+        print("a2h: no --bus given: this node serves alone (other nodes' pushes cannot "
+              "reach its sockets); run every node with --bus nats://HOST:PORT", flush=True)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -13,6 +13,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     db: str = "./a2h.db"
+    #: The store as a URL (``postgresql://USER@HOST:PORT/DB``, shared by several nodes);
+    #: empty: the SQLite file ``db``.
+    store: str = ""
     #: SQLite synchronous mode: "full" (durable against power loss) or "normal".
     sync: str = "full"
     #: Seconds a room may sit idle before it is dropped from memory (hibernation).

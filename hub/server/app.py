@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                clock: Clock | None = None, web_dir: Path | None = None) -> Starlette:
     settings = settings or Settings()
     if store is None:
-        store = open_store(settings.db, synchronous=settings.sync)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync)
     hub = HubService(settings, store, clock)
 
     @contextlib.asynccontextmanager
