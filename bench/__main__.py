@@ -1,11 +1,21 @@
-"""``python -m bench``: run the suite, render its report, profile the hub.
+"""``python -m bench``: run the suite, render its report, profile the hub, soak and flood it,
+compare two runs.
 
     .venv/bin/python -m bench run [--quick] [--scenario NAME ...] [--n N ...] [--publish]
     .venv/bin/python -m bench report bench/results/RESULT.json [--publish]
     .venv/bin/python -m bench profile [--n 1000] [--duration 20]
+    .venv/bin/python -m bench soak [--seconds 60] [--kills 4] [--agents 20] [--seed 1515]
+    .venv/bin/python -m bench flood [--asks 6000] [--pending-mib 64] [--retention 10] [--sockets 5000]
+    .venv/bin/python -m bench compare A.json B.json [--changed PCT] [--match TEXT ...]
 
 ``run`` writes ``bench/results/<timestamp>.json`` and ``bench/results/report.md`` with PNG
 plots next to it; ``--publish`` also writes ``docs/performance.md`` and ``docs/perf/*.png``.
+``soak`` (``bench/soak.py``) SIGKILLs the hub at seeded random moments under SDK agents and
+humans and checks the books (lost, duplicated, wrong, inboxes left): exit 1 if any is not 0.
+``flood`` (``bench/flood.py``) floods a hub run with the user's default limits with large
+asks and partial headers: RSS, database size, caps, memory given back. Both write
+``bench/results/{soak,flood}-<timestamp>.json``. ``compare`` (``bench/compare.py``) prints
+each figure of two result files side by side with B/A.
 """
 
 from __future__ import annotations
@@ -156,6 +166,52 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(kind: str, doc: dict[str, Any], out: str | None) -> Path:
+    out_dir = Path(out) if out else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc.setdefault("meta", {}).update({
+        "command": "python -m bench " + " ".join(sys.argv[1:]), "git": _git_commit(),
+        "machine": _sys.machine(), "versions": _sys.versions()})
+    path = out_dir / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    log(f"wrote {path}")
+    return path
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from bench.soak import SoakConfig, run_soak, summary
+
+    cfg = SoakConfig(seconds=args.seconds, kills=args.kills, agents=args.agents,
+                     humans=args.humans, seed=args.seed, drain=args.drain)
+    doc = run_soak(cfg)
+    _write("soak", doc, args.out)
+    print(summary(doc))
+    return 0 if doc["ok"] else 1
+
+
+def cmd_flood(args: argparse.Namespace) -> int:
+    from bench.flood import FloodConfig, run_flood, summary
+
+    cfg = FloodConfig(asks=args.asks, conns=args.conns, window=args.window,
+                      expires_in=args.expires_in,
+                      pending_bytes_cap=int(args.pending_mib * 2**20),
+                      retention=args.retention, wait_rooms=not args.no_room_wait,
+                      conn_flood=args.sockets)
+    doc = run_flood(cfg)
+    _write("flood", doc, args.out)
+    print(summary(doc))
+    ok = doc["asks"]["cap_held"] and doc.get("hub_alive", False)
+    return 0 if ok else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.compare import compare
+
+    print(compare(args.a, args.b, changed=args.changed / 100, match=args.match,
+                  everything=args.all))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +246,41 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--rate-per-agent", type=float, default=0.0,
                       help="pace each agent (asks/s); 0: closed loop")
     prof.set_defaults(fn=cmd_profile)
+    soak = sub.add_parser("soak", help="agents and humans over a hub SIGKILLed at random moments")
+    soak.add_argument("--seconds", type=float, default=60.0, help="the asking window")
+    soak.add_argument("--kills", type=int, default=4, help="SIGKILLs inside the window")
+    soak.add_argument("--agents", type=int, default=20)
+    soak.add_argument("--humans", type=int, default=2)
+    soak.add_argument("--seed", type=int, default=1515)
+    soak.add_argument("--drain", type=float, default=60.0,
+                      help="seconds in-flight asks may take to settle after the window")
+    soak.add_argument("--out", help="results directory (default bench/results)")
+    soak.set_defaults(fn=cmd_soak)
+    flood = sub.add_parser("flood", help="large asks and partial headers against the limits")
+    flood.add_argument("--asks", type=int, default=6000, help="large asks in the flood")
+    flood.add_argument("--conns", type=int, default=16, help="agent sockets of the flood")
+    flood.add_argument("--window", type=int, default=32, help="asks in flight per socket")
+    flood.add_argument("--expires-in", type=float, default=8.0)
+    flood.add_argument("--pending-mib", type=float, default=64.0,
+                       help="--max-pending-bytes-per-tenant of the hub, MiB")
+    flood.add_argument("--retention", type=float, default=10.0,
+                       help="--retention of the hub, seconds")
+    flood.add_argument("--sockets", type=int, default=5000,
+                       help="partial-header sockets (0: skip that flood)")
+    flood.add_argument("--no-room-wait", action="store_true",
+                       help="measure 'after' at the purge, not once the rooms went idle")
+    flood.add_argument("--out", help="results directory (default bench/results)")
+    flood.set_defaults(fn=cmd_flood)
+    cmp_ = sub.add_parser("compare", help="two result files side by side, with B/A")
+    cmp_.add_argument("a", metavar="A.json")
+    cmp_.add_argument("b", metavar="B.json")
+    cmp_.add_argument("--changed", type=float, default=0.0, metavar="PCT",
+                      help="only figures that moved by more than PCT %%")
+    cmp_.add_argument("--match", nargs="+", metavar="TEXT",
+                      help="only figures whose path contains one of these")
+    cmp_.add_argument("--all", action="store_true",
+                      help="also the meta block, configurations and data series")
+    cmp_.set_defaults(fn=cmd_compare)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 

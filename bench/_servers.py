@@ -30,9 +30,11 @@ KINDS = ("hub", "relay", "socketio")
 
 #: Flags every benchmarked hub gets. The load client concentrates many humans on a few
 #: sockets, so the per-connection message rate limit (200/s by default, a guard against
-#: abuse) and the per-address connection limit (all load comes from 127.0.0.1) are lifted;
-#: every other setting is the default a user gets (``--sync full``).
-HUB_FLAGS = ["--rate", "1000000", "--burst", "1000000", "--max-conns-per-ip", "0"]
+#: abuse) and the per-address connection limit (all load comes from 127.0.0.1) are lifted,
+#: and /metrics is served without a token (the runner reads it); every other setting is the
+#: default a user gets (``--sync full``).
+HUB_FLAGS = ["--rate", "1000000", "--burst", "1000000", "--max-conns-per-ip", "0",
+             "--metrics-public", "true"]
 LABELS = {"hub": "A2H hub", "relay": "bare Starlette relay", "socketio": "python-socketio relay"}
 
 

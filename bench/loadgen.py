@@ -15,7 +15,8 @@ Modes:
   puts its send time into the answer's ``value`` (the agent reads it from the ``resolved``
   push: *answer → agent*).
 - ``idle``    open many sockets; on ``ask`` every agent asks once and then just waits.
-- ``burst``   create many pending requests as fast as possible (recovery).
+- ``burst``   create many pending requests as fast as possible (recovery; with a large
+  ``context``, the flood of ``python -m bench flood``).
 - ``probe``   one agent: create pending requests, then time ``wait`` round trips one at a
   time (rebuild-on-touch after eviction vs a live room).
 - ``flood``   bursts of asks into one conversation (overload).
@@ -361,10 +362,10 @@ class Burster:
     """Keeps ``window`` asks in flight on one socket until its share is acknowledged."""
 
     __slots__ = ("conn", "todo", "next", "window", "prefix", "human", "expires_in", "acked",
-                 "errors", "max_deadline", "fut", "inflight", "idx")
+                 "errors", "max_deadline", "fut", "inflight", "idx", "context")
 
     def __init__(self, idx: int, todo: int, window: int, prefix: str, human: str,
-                 expires_in: float) -> None:
+                 expires_in: float, context: Any = None) -> None:
         self.conn: Any = None
         self.idx = idx
         self.todo = todo
@@ -373,6 +374,7 @@ class Burster:
         self.prefix = prefix
         self.human = human
         self.expires_in = expires_in
+        self.context = context  # the same object in every ask (the flood: ~48 KiB)
         self.acked = 0
         self.errors: Counter[str] = Counter()
         self.max_deadline = 0.0
@@ -387,7 +389,7 @@ class Burster:
             op = f"{self.prefix}{self.idx}-{self.next}"
             frames.append({"type": "ask", "id": self.next, "op_id": op, "to": self.human,
                            "question": QUESTION, "conversation": f"{self.prefix}c{self.idx}-{self.next}",
-                           "wait": 0, "expires_in": self.expires_in})
+                           "wait": 0, "expires_in": self.expires_in, "context": self.context})
         if frames:
             self.conn.send_many(frames)
 
@@ -412,7 +414,7 @@ async def mode_burst(cfg: dict[str, Any], ctl: Control) -> None:
     total, conns = cfg["total"], cfg["conns"]
     share = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
     bs = [Burster(i, share[i], cfg.get("window", 64), cfg.get("prefix", "b"), cfg["human"],
-                  cfg["expires_in"]) for i in range(conns)]
+                  cfg["expires_in"], cfg.get("context")) for i in range(conns)]
     ok, bad = await connect_all(cfg, bs, [cfg["token"]] * conns)
     ctl.emit({"event": "ready", "connected": ok, "failed": bad})
     while True:

@@ -28,7 +28,8 @@ REFIRE_AFTER = 5.0
 class Alarms:
     def __init__(self, store: Store, clock: Clock, fire: Callable[[Due], None], *,
                  sweep_interval: float = 1.0, retention: float = 86400.0,
-                 purge_interval: float | None = None, sweep_limit: int = 5000) -> None:
+                 purge_interval: float | None = None, sweep_limit: int = 5000,
+                 on_purged: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.fire = fire
@@ -37,6 +38,7 @@ class Alarms:
         self.purge_interval = purge_interval if purge_interval is not None else \
             max(0.2, min(60.0, retention / 4))
         self.sweep_limit = sweep_limit
+        self.on_purged = on_purged or (lambda n: None)
         self._heap: list[tuple[float, str, str, str]] = []
         # (tenant, op_id) -> the deadline currently wanted; heap entries that disagree are
         # stale (extended or resolved) and are skipped when popped.
@@ -120,7 +122,9 @@ class Alarms:
                 self._next_sweep = now if n >= self.sweep_limit else now + self.sweep_interval
             if now >= self._next_purge:
                 try:
-                    self.purged += await self.store.purge(now - self.retention)
+                    n = await self.store.purge(now - self.retention)
+                    self.purged += n
+                    self.on_purged(n)
                 except Exception:
                     log.exception("purge failed")
                 self._next_purge = now + self.purge_interval

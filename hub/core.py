@@ -21,7 +21,7 @@ store's row back with ``reconcile`` and handles the event again.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 import orjson
@@ -466,6 +466,3 @@ def _validate_structured(req: Request, value: Any) -> Any:
     except SchemaError as exc:
         raise Invalid(f"the answer does not match the form: {exc}") from None
 
-
-def copy_request(req: Request) -> Request:
-    return replace(req)

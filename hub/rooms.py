@@ -212,7 +212,8 @@ class RoomHost:
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
                  cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None,
-                 validate: bool = False) -> None:
+                 validate: bool = False,
+                 on_evicted: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.emit = emit
@@ -223,6 +224,7 @@ class RoomHost:
         self.on_loaded = on_loaded or (lambda core: None)
         #: Re-read each room from the store before each batch (other nodes write it too).
         self.validate = validate
+        self.on_evicted = on_evicted or (lambda n: None)
         self.rooms: dict[RoomKey, Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweep_timer: Timer | None = None
@@ -293,7 +295,7 @@ class RoomHost:
         self._sweep_timer = self.clock.call_at(self.clock.now() + interval, self._sweep)
 
     def _sweep(self) -> None:
-        self.evict_idle()
+        self.on_evicted(self.evict_idle())
         self._schedule_sweep()
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ import orjson
 
 from hub.alarms import Alarms
 from hub.bus import Bus, InboxChanged, LocalBus, RequestResolved, TokenRevoked, Wake
-from hub.clock import Clock, SystemClock
+from hub.clock import Clock, SystemClock, Timer
 from hub.config import Settings
 from hub.core import (
     AlarmSet,
@@ -35,6 +35,7 @@ from hub.core import (
     WaitRequested,
 )
 from hub.gateway import Gateway, inbox_tag, op_tag, token_tag
+from hub.memory import Reclaimer
 from hub.protocol import (
     Ask,
     CloseCode,
@@ -64,15 +65,18 @@ class HubService:
         self.clock: Clock = clock or SystemClock()
         self.bus: Bus = bus or LocalBus()
         self.gateway = Gateway()
+        self.memory = Reclaimer(self.clock)
         # With other nodes on the same store, a room's cache is re-read at each batch: the
         # store decides (compare-and-set), a node's memory only routes.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
                               idle_seconds=settings.room_idle,
                               on_loaded=self._on_room_loaded,
-                              validate=self.bus.distributed)
+                              validate=self.bus.distributed,
+                              on_evicted=self.memory.freed)
         self.alarms = Alarms(store, self.clock, self._fire_alarm,
-                             sweep_interval=settings.alarm_sweep, retention=settings.retention)
+                             sweep_interval=settings.alarm_sweep, retention=settings.retention,
+                             on_purged=self.memory.freed)
         # (tenant, op_id) -> (conversation, addressee), for pending requests this process has
         # seen: lets a respond/wait/cancel by op_id find its room without a store read.
         self._where: dict[tuple[str, str], tuple[str, str]] = {}
@@ -91,6 +95,8 @@ class HubService:
         self._reconcile_task: asyncio.Task[None] | None = None
         # Reads started by bus wake-ups: owned here, cancelled and awaited by stop().
         self._wake_tasks: set[asyncio.Task[None]] = set()
+        # token hash -> the timer that ends it at its expiry (while it has sockets or waits).
+        self._expiries: dict[str, Timer] = {}
         # (tenant, op_id) -> when its resolution was last pushed from the store (reconcile).
         self._delivered: dict[tuple[str, str], float] = {}
         self.started_at = 0.0
@@ -135,6 +141,19 @@ class HubService:
             self.bus.publish(TokenRevoked(token_hash))
         return ok
 
+    def watch_expiry(self, who: Principal) -> None:
+        """End ``who``'s token at its expiry: its sockets close (4001) and its blocked calls
+        raise ``Unauthorized``, exactly as for a revocation."""
+        if who.expires_at is None or who.token_hash in self._expiries:
+            return
+        token_hash = who.token_hash
+
+        def expire() -> None:
+            self._expiries.pop(token_hash, None)
+            self.end_token(token_hash, "token expired")
+
+        self._expiries[token_hash] = self.clock.call_at(who.expires_at, expire)
+
     def end_token(self, token_hash: str, reason: str) -> None:
         """A token stopped being valid: close its sockets (4001) and end its blocked calls."""
         if self.gateway.close_tag(token_tag(token_hash), CloseCode.REVOKED, reason):
@@ -145,6 +164,9 @@ class HubService:
 
     async def stop(self) -> None:
         await self.rooms.aclose()
+        for timer in self._expiries.values():
+            timer.cancel()
+        self._expiries.clear()
         tasks = [t for t in (self._alarm_task, self._revoke_task, self._reconcile_task,
                              *self._wake_tasks) if t is not None]
         for task in tasks:
@@ -516,6 +538,7 @@ class HubService:
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append(fut)
         self._blocked.setdefault(who.token_hash, set()).add(fut)
+        self.watch_expiry(who)
         return fut
 
     def _drop_waiter(self, key: tuple[str, str], who: Principal,

@@ -100,6 +100,12 @@ TABLE: list[tuple[str, str, str, str, str]] = [
     ("http", "GET /api/admin/humans", "human", "own", DENY),
     ("http", "GET /api/me", "human", "own", ALLOW),
     ("http", "GET /api/me", "none", "own", DENY),
+    # -- operations: /metrics counts across tenants (admin bearer token unless
+    #    --metrics-public); /healthz is public
+    ("http", "GET /metrics", "admin", "-", ALLOW),
+    ("http", "GET /metrics", "agent", "-", DENY),
+    ("http", "GET /metrics", "human", "-", DENY),
+    ("http", "GET /metrics", "none", "-", DENY),
 ]
 
 
@@ -262,7 +268,7 @@ def test_table_covers_every_message_type_and_endpoint() -> None:
     for route in app.routes:
         methods = getattr(route, "methods", None)
         path = getattr(route, "path", "")
-        if not methods or path in ("/healthz", "/metrics", "/openapi.json", "/api/session") \
+        if not methods or path in ("/healthz", "/openapi.json", "/api/session") \
                 or path.startswith("/v1/models/"):
             continue  # public, or the session exchange (tests/test_security.py)
         path = path.replace("{op_id:str}", "{op}")

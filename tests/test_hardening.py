@@ -266,3 +266,52 @@ async def test_revocation_watcher_runs_on_the_injected_clock(tmp_path: Path) -> 
         clock.advance(HubService.REVOCATION_POLL)
         await asyncio.wait_for(agent.ws.wait_closed(), 5)
         assert agent.ws.close_code == 4001
+
+
+async def test_expired_tokens_lose_their_sockets_and_waits(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with serve(tmp_path, clock=clock) as run:
+        hub = run.hub
+        short = await hub.store.create_token("default", Role.AGENT, "brief",
+                                             expires_at=clock.now() + 60)
+        agent = await Raw.open(run, short)
+        who = await hub.store.principal(short, clock.now())
+        assert who is not None and who.expires_at == clock.now() + 60
+        poll = asyncio.create_task(hub.ask_and_wait(who, Ask(0, OpId("lp2"), "me", "Q?", "c",
+                                                             wait=600)))
+        await until(lambda: who.token_hash in hub._blocked)
+        assert (await agent.call({"type": "ping"}))["type"] == "ok"
+        clock.advance(59)
+        assert (await agent.call({"type": "ping"}))["type"] == "ok"  # not yet
+        clock.advance(1)
+        await asyncio.wait_for(agent.ws.wait_closed(), 5)
+        assert agent.ws.close_code == 4001
+        with pytest.raises(Unauthorized):
+            await asyncio.wait_for(poll, 5)
+
+
+def test_memory_is_given_back_after_drops_at_most_once_per_interval() -> None:
+    from hub.memory import Reclaimer
+
+    clock = FakeClock()
+    r = Reclaimer(clock, min_interval=10)
+    calls: list[int] = []
+    r._trim = calls.append  # the real one is glibc's malloc_trim
+    r.freed(0)
+    assert calls == []  # nothing dropped: nothing to give back
+    r.freed(5)
+    r.freed(5)
+    assert calls == [0]
+    clock.advance(10)
+    r.freed(1)
+    assert calls == [0, 0] and r.trims == 2
+
+
+def test_the_write_ahead_log_is_cut_back_after_checkpoints(tmp_path: Path) -> None:
+    from hub.store.sqlite import WAL_SIZE_LIMIT, connect_sync
+
+    conn = connect_sync(tmp_path / "w.db")
+    try:
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_SIZE_LIMIT
+    finally:
+        conn.close()

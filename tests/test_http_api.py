@@ -1,4 +1,6 @@
-"""The plain HTTP API over a real ``a2h serve`` (httpx; no SDK)."""
+"""The plain HTTP API over a real ``a2h serve`` (httpx; no SDK): a small end-to-end set.
+
+Shapes, errors and bounds are tested in-process in tests/test_http_inproc.py."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Hub:
     other_agent: httpx.Client  # another tenant
     anonymous: httpx.Client
     human_token: str
+    admin_token: str
 
 
 def _client(url: str, token: str | None = None) -> httpx.Client:
@@ -39,9 +42,10 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     create_token(db, human="you")
     other = create_token(db, agent="spy", tenant="other")
     create_token(db, human="me", tenant="other")
+    admin = create_token(db, admin=True)
     with HubProcess(db) as proc:
         clients = [_client(proc.url, t) for t in (agent, human, other)]
-        h = Hub(proc.url, *clients, _client(proc.url), human)
+        h = Hub(proc.url, *clients, _client(proc.url), human, admin)
         try:
             yield h
         finally:
@@ -76,23 +80,6 @@ def test_create_is_idempotent(hub: Hub) -> None:
     assert err["request"]["question"] == body["question"]
 
 
-def test_hub_issues_op_ids(hub: Hub) -> None:
-    a, b = ask(hub).json()["request"]["op_id"], ask(hub).json()["request"]["op_id"]
-    assert a != b and len(a) == 32 and int(a, 16) >= 0
-
-
-def test_long_poll_returns_at_once_when_resolved(hub: Hub) -> None:
-    op_id = ask(hub).json()["request"]["op_id"]
-    r = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": "done"})
-    assert r.status_code == 200, r.text
-    t0 = time.monotonic()
-    got = hub.agent.get(f"/api/requests/{op_id}", params={"wait": 30})
-    assert time.monotonic() - t0 < 5 * UNIT
-    req = got.json()["request"]
-    assert (req["status"], req["value"], req["actor"]) == ("answered", "done", "human:me")
-    assert req["human_seconds"] is not None
-
-
 def test_long_poll_wakes_on_the_answer(hub: Hub) -> None:
     created = ask(hub).json()["request"]
     op_id = created["op_id"]
@@ -117,122 +104,6 @@ def test_long_poll_wakes_on_the_answer(hub: Hub) -> None:
     assert time.monotonic() - t0 < 10 * UNIT
 
 
-def test_long_poll_times_out_pending_and_extends_the_deadline(hub: Hub) -> None:
-    created = ask(hub).json()["request"]
-    got = hub.agent.get(f"/api/requests/{created['op_id']}", params={"wait": 0.2}).json()
-    assert got["request"]["status"] == "pending"
-    assert got["request"]["deadline"] >= created["deadline"]
-    bad = hub.agent.get(f"/api/requests/{created['op_id']}", params={"wait": "soon"})
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid"
-
-
-def test_create_with_wait_blocks_until_answered(hub: Hub) -> None:
-    key = str(uuid.uuid4())
-    with ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(ask, hub, key, wait=30)
-        for _ in range(500):  # until the inbox shows it
-            if any(i["op_id"] == key for i in hub.human.get("/api/inbox").json()["items"]):
-                break
-            time.sleep(0.01)
-        assert hub.human.post(f"/api/requests/{key}/respond",
-                              json={"value": "ok"}).status_code == 200
-        r = fut.result(timeout=30 * UNIT)
-    assert r.status_code == 201 and r.json()["request"]["value"] == "ok"
-
-
-def test_cancel(hub: Hub) -> None:
-    op_id = ask(hub).json()["request"]["op_id"]
-    r = hub.agent.post(f"/api/requests/{op_id}/cancel")
-    assert r.status_code == 200 and r.json()["request"]["status"] == "cancelled"
-    assert r.json()["request"]["actor"] == "system"
-    again = hub.agent.post(f"/api/requests/{op_id}/cancel")
-    assert again.status_code == 409
-    assert again.json()["error"]["code"] == "already_resolved"
-    assert again.json()["error"]["request"]["status"] == "cancelled"
-    late = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": "x"})
-    assert late.status_code == 409 and late.json()["error"]["code"] == "already_resolved"
-
-
-def test_inbox_respond_and_history(hub: Hub) -> None:
-    op_id = ask(hub, choices=["a", "b"]).json()["request"]["op_id"]
-    items = hub.human.get("/api/inbox").json()["items"]
-    assert op_id in [i["op_id"] for i in items]
-    wrong = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": "c"})
-    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid"
-    typo = hub.human.post(f"/api/requests/{op_id}/respond", json={"valeu": "a"})
-    assert typo.status_code == 400
-    r = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": "a"})
-    assert r.json()["request"]["status"] == "answered"
-    assert op_id not in [i["op_id"] for i in hub.human.get("/api/inbox").json()["items"]]
-    hist = hub.human.get("/api/history", params={"limit": 5}).json()["items"]
-    assert hist[0]["op_id"] == op_id
-    assert hub.human.get("/api/history", params={"limit": 0}).status_code == 400
-
-
-def test_decline(hub: Hub) -> None:
-    op_id = ask(hub).json()["request"]["op_id"]
-    r = hub.human.post(f"/api/requests/{op_id}/respond",
-                       json={"value": "not my call", "status": "declined"})
-    assert r.json()["request"]["status"] == "declined"
-    got = hub.agent.get(f"/api/requests/{op_id}").json()["request"]
-    assert (got["status"], got["value"]) == ("declined", "not my call")
-
-
-def test_schema_answers_are_validated(hub: Hub) -> None:
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-    op_id = ask(hub, schema=schema).json()["request"]["op_id"]
-    bad = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": {"n": "three"}})
-    assert bad.status_code == 400 and "$.n" in bad.json()["error"]["message"]
-    ok = hub.human.post(f"/api/requests/{op_id}/respond", json={"value": {"n": 3}})
-    assert ok.json()["request"]["value"] == {"n": 3}
-    refused = ask(hub, schema={"type": "date"})
-    assert refused.status_code == 400 and "schema" in refused.json()["error"]["message"]
-
-
-def test_another_tenant_looks_like_a_missing_request(hub: Hub) -> None:
-    op_id = ask(hub).json()["request"]["op_id"]
-    missing = uuid.uuid4().hex
-    for path in ("/api/requests/{}", "/api/requests/{}?wait=1"):
-        theirs = hub.other_agent.get(path.format(op_id))
-        nothing = hub.other_agent.get(path.format(missing))
-        assert theirs.status_code == nothing.status_code == 404
-        assert theirs.json() == nothing.json()
-        assert theirs.json()["error"]["code"] == "not_found"
-    theirs = hub.other_agent.post(f"/api/requests/{op_id}/cancel")
-    nothing = hub.other_agent.post(f"/api/requests/{missing}/cancel")
-    assert theirs.status_code == nothing.status_code == 404
-    assert theirs.json() == nothing.json()
-    # and it is untouched
-    assert hub.agent.get(f"/api/requests/{op_id}").json()["request"]["status"] == "pending"
-
-
-def test_roles_and_tokens(hub: Hub) -> None:
-    r = hub.anonymous.get("/api/inbox")
-    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-    assert r.headers["www-authenticate"] == "Bearer"
-    bogus = _client(hub.url, "a2h_not_a_token")
-    assert bogus.post("/api/requests", json={"to": "me", "question": "x"}).status_code == 401
-    bogus.close()
-    assert hub.agent.get("/api/inbox").status_code == 403
-    assert hub.human.post("/api/requests", json={"to": "me", "question": "x"}).status_code \
-        == 403
-    assert ask(hub, to="nobody").status_code == 404
-
-
-def test_bad_bodies(hub: Hub) -> None:
-    r = hub.agent.post("/api/requests", content=b"{nope", headers={
-        "content-type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json"
-    r = hub.agent.post("/api/requests", json={"to": "me"})
-    assert r.status_code == 400 and "question" in r.json()["error"]["message"]
-    r = hub.agent.post("/api/requests", json={"to": "me", "question": "x", "colour": 1})
-    assert r.status_code == 400 and "colour" in r.json()["error"]["message"]
-    r = ask(hub, "has spaces/slash")
-    assert r.status_code == 400
-    r = hub.agent.post("/api/requests", json={"to": "me", "question": "x" * 200_000})
-    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
-
-
 def test_cookie_session_refuses_cross_site_changes(hub: Hub) -> None:
     with httpx.Client(base_url=hub.url, timeout=30 * UNIT) as browser:
         origin = hub.url
@@ -248,10 +119,11 @@ def test_cookie_session_refuses_cross_site_changes(hub: Hub) -> None:
         assert ok.status_code == 200 and ok.json()["request"]["status"] == "answered"
 
 
-def test_openapi_document(hub: Hub) -> None:
+def test_openapi_and_metrics(hub: Hub) -> None:
     doc = hub.anonymous.get("/openapi.json").json()
-    assert doc["openapi"].startswith("3.")
-    for path in ("/api/requests", "/api/requests/{op_id}", "/api/requests/{op_id}/cancel",
-                 "/api/requests/{op_id}/respond", "/api/inbox", "/api/history",
-                 "/v1/chat/completions", "/v1/models"):
-        assert path in doc["paths"]
+    assert doc["openapi"].startswith("3.") and "/api/requests" in doc["paths"]
+    assert hub.anonymous.get("/healthz").json()["ok"] is True
+    r = hub.anonymous.get("/metrics")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    r = hub.anonymous.get("/metrics", headers={"Authorization": f"Bearer {hub.admin_token}"})
+    assert r.status_code == 200 and "a2h_rooms_live" in r.text

@@ -7,96 +7,93 @@
     GET  /api/admin/humans         -> {"humans": ["me", ...]}
 
 Bearer tokens only (no cookies), so cross-site requests cannot reach these.
+
+Bounds: ``name`` is a name like every other (1..200 of ``A-Z a-z 0-9 . _ : ~ + = @ -``,
+``hub.protocol.check_name``), refused with 400 ``invalid`` naming the field. A token's
+``expires_in`` is > 0 and at most :data:`TOKEN_EXPIRES_LIMIT` (ten years): longer than a
+request's 30 days, since tokens are credentials rotated on their own schedule, but finite,
+so no arithmetic overflows and nothing "expires" in 1e308 s. Omit it for a token that never
+expires.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hub.protocol import ErrorCode
-from hub.server.auth import bearer
-from hub.server.session import error_response
-from hub.service import HubService
+from hub.protocol import Invalid, NotFound, check_name
+from hub.server.auth import authenticate, hub_of
+from hub.server.bodies import read_object
+from hub.server.errors import endpoint
 from hub.store import Principal, Role
 
-_NAME_MAX = 200
+#: The longest ``expires_in`` of a token: ten years.
+TOKEN_EXPIRES_LIMIT = 10 * 365 * 86400.0
+#: Largest body of an admin call.
+MAX_ADMIN_BODY = 4096
 
 
-async def _admin(request: Request) -> tuple[HubService, Principal | None, Response | None]:
-    hub: HubService = request.app.state.hub
-    token = bearer(request)
-    who = await hub.store.principal(token, hub.clock.now()) if token else None
-    if who is None:
-        return hub, None, error_response(ErrorCode.UNAUTHORIZED, "an admin bearer token is needed")
-    if who.role is not Role.ADMIN:
-        return hub, None, error_response(ErrorCode.FORBIDDEN, "only an admin token may do this")
-    return hub, who, None
+async def _admin(request: Request) -> Principal:
+    """The calling admin (bearer token only). Raises Unauthorized / Denied."""
+    return await authenticate(request, Role.ADMIN, cookies=False)
 
 
-async def _json(request: Request) -> dict[str, Any] | None:
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
+def _expires_in(body: dict[str, Any]) -> float | None:
+    value = body.get("expires_in")
+    if value is None:
         return None
-    return body if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= TOKEN_EXPIRES_LIMIT:  # also refuses NaN and infinities
+        raise Invalid(f"field 'expires_in' must be > 0 and <= {TOKEN_EXPIRES_LIMIT:g} seconds "
+                      "(ten years); omit it for a token that never expires", param="expires_in")
+    return float(value)
 
 
+@endpoint
 async def create_token(request: Request) -> Response:
-    hub, who, denied = await _admin(request)
-    if denied is not None or who is None:
-        return denied  # type: ignore[return-value]
-    body = await _json(request)
-    if body is None:
-        return error_response(ErrorCode.BAD_JSON, "send a JSON object")
+    who = await _admin(request)
+    hub = hub_of(request)
+    body = await read_object(request, MAX_ADMIN_BODY)
     try:
         role = Role(str(body.get("role")))
     except ValueError:
-        return error_response(ErrorCode.INVALID, "role must be agent, human or admin")
-    name = body.get("name")
-    if not isinstance(name, str) or not name or len(name) > _NAME_MAX:
-        return error_response(ErrorCode.INVALID, f"name must be 1..{_NAME_MAX} characters")
-    expires_in = body.get("expires_in")
-    if expires_in is not None and (isinstance(expires_in, bool)
-                                   or not isinstance(expires_in, (int, float))
-                                   or expires_in <= 0):
-        return error_response(ErrorCode.INVALID, "expires_in must be a positive number")
-    expires_at = hub.clock.now() + expires_in if expires_in else None
+        raise Invalid("field 'role' must be agent, human or admin", param="role") from None
+    name = check_name("name", body.get("name"))
+    expires_in = _expires_in(body)
+    expires_at = hub.clock.now() + expires_in if expires_in is not None else None
     token = await hub.store.create_token(who.tenant, role, name, expires_at)
     hub.forget_humans(who.tenant)  # a new human may now be asked
     return JSONResponse({"token": token, "tenant": who.tenant, "role": role.value,
                          "name": name, "expires_at": expires_at}, status_code=201)
 
 
+@endpoint
 async def list_tokens(request: Request) -> Response:
-    hub, who, denied = await _admin(request)
-    if denied is not None or who is None:
-        return denied  # type: ignore[return-value]
-    return JSONResponse({"tokens": await hub.store.list_tokens(who.tenant)})
+    who = await _admin(request)
+    return JSONResponse({"tokens": await hub_of(request).store.list_tokens(who.tenant)})
 
 
+@endpoint
 async def revoke_token(request: Request) -> Response:
-    hub, who, denied = await _admin(request)
-    if denied is not None or who is None:
-        return denied  # type: ignore[return-value]
-    body = await _json(request)
-    token = body.get("token") if body else None
-    if not isinstance(token, str) or not token:
-        return error_response(ErrorCode.INVALID, 'send {"token": "<token or its hash>"}')
-    if not await hub.store.revoke_token(token, hub.clock.now(), tenant=who.tenant):
-        return error_response(ErrorCode.NOT_FOUND, "no such active token in this tenant")
+    who = await _admin(request)
+    hub = hub_of(request)
+    body = await read_object(request, MAX_ADMIN_BODY)
+    token = body.get("token")
+    if not isinstance(token, str) or not 1 <= len(token) <= 200:
+        raise Invalid('send {"token": "<token or its hash>"}', param="token")
+    # Through the service: the token's sockets close and its blocked calls end at once.
+    if not await hub.revoke(token, tenant=who.tenant):
+        raise NotFound("no such active token in this tenant")
     return Response(status_code=204)
 
 
+@endpoint
 async def list_humans(request: Request) -> Response:
-    hub, who, denied = await _admin(request)
-    if denied is not None or who is None:
-        return denied  # type: ignore[return-value]
-    return JSONResponse({"humans": await hub.store.list_humans(who.tenant)})
+    who = await _admin(request)
+    return JSONResponse({"humans": await hub_of(request).store.list_humans(who.tenant)})
 
 
 def routes() -> list[Route]:

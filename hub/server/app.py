@@ -10,9 +10,13 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import hub.server.admin as admin
+import hub.server.http_api as http_api
+import hub.server.openai_compat as openai_compat
+import hub.server.ops as ops
+import hub.server.session as session
 from hub.clock import Clock
 from hub.config import Settings
-from hub.server import admin, ops, session
 from hub.server.runs_api import frame_handlers as run_frame_handlers
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
@@ -88,6 +92,4 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
 
 def extra_routes() -> list[Route]:
     """Routes of the HTTP API and the OpenAI-compatible endpoint."""
-    from hub.server import http_api, openai_compat
-
     return [*http_api.routes(), *openai_compat.routes()]

@@ -1,18 +1,34 @@
 """Who is calling: tokens (Bearer) for programs, a session cookie for browsers.
 
-The tenant and, for humans, the handle come from here only (invariant 9). A browser's
-WebSocket must also come from the hub's own origin (or an allowed one): a cookie alone
-would let any site open a socket in the user's name (cross-site WebSocket hijacking).
+The tenant and, for humans, the handle come from here only (invariant 9). Every HTTP
+handler and the WebSocket endpoint call :func:`authenticate`, which returns the
+:class:`Principal` or raises:
+
+- :class:`~hub.protocol.Unauthorized` (401): no token or session, or one that is unknown,
+  revoked or expired;
+- :class:`~hub.protocol.Denied` (403): a role the call does not accept, or a browser
+  request from another site riding on the session cookie.
+
+A cookie alone is no proof of intent, so cookie-authenticated calls are checked for their
+origin: a state-changing HTTP call (``state_changing=True``) is refused when it comes from
+another site, and a browser *WebSocket* (``conn.scope["type"] == "websocket"``) must come
+from the hub's own origin or an allowed one — otherwise any site could open a socket in the
+user's name (cross-site WebSocket hijacking). Calls with ``cookies=False`` accept bearer
+tokens only (the admin API, ``/v1``, ``/metrics``), so no cross-site request reaches them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-from hub.service import HubService
-from hub.store import Principal
+from hub.protocol import Denied, Unauthorized
+from hub.store import Principal, Role
+
+if TYPE_CHECKING:
+    from hub.service import HubService
 
 SESSION_COOKIE = "a2h_session"
 
@@ -45,15 +61,59 @@ def cross_site(conn: HTTPConnection, allowed: list[str]) -> bool:
     return not origin_allowed(conn, allowed)
 
 
-async def authenticate(conn: HTTPConnection, hub: HubService, *,
-                       websocket: bool) -> Principal | None:
+def hub_of(conn: HTTPConnection) -> HubService:
+    hub: HubService = conn.app.state.hub
+    return hub
+
+
+async def authenticate(conn: HTTPConnection, *roles: Role, state_changing: bool = False,
+                       cookies: bool = True) -> Principal:
+    """Who is calling, refused unless their role is one of ``roles`` (any role if none).
+
+    Args:
+        conn: the HTTP request or the WebSocket (before accept; a cookie socket must come
+            from the hub's own origin or an allowed one).
+        roles: the roles this call accepts.
+        state_changing: the call changes state: refuse a cookie-authenticated request
+            from another site.
+        cookies: accept the browser session cookie (else bearer tokens only).
+
+    Returns:
+        The caller.
+
+    Raises:
+        Unauthorized: no token or session, or a bad, revoked or expired one.
+        Denied: a role not in ``roles``, or a cross-site browser request.
+    """
+    return await _authenticate(conn, roles, state_changing=state_changing, cookies=cookies)
+
+
+async def _authenticate(conn: HTTPConnection, roles: tuple[Role, ...], *,
+                        state_changing: bool, cookies: bool) -> Principal:
+    hub = hub_of(conn)
+    allowed = hub.settings.allowed_origins
     now = hub.clock.now()
     token = bearer(conn)
+    who: Principal | None = None
     if token is not None:
-        return await hub.store.principal(token, now)
-    session = conn.cookies.get(SESSION_COOKIE)
-    if session:
-        if websocket and not origin_allowed(conn, hub.settings.allowed_origins):
-            return None
-        return await hub.store.session_principal(session, now)
-    return None
+        who = await hub.store.principal(token, now)
+    elif conn.scope["type"] == "websocket":
+        session = conn.cookies.get(SESSION_COOKIE) if cookies else None
+        if session:
+            if not origin_allowed(conn, allowed):
+                raise Denied("a browser socket must come from the hub's own origin")
+            who = await hub.store.session_principal(session, now)
+    else:
+        if state_changing and cross_site(conn, allowed):
+            raise Denied("cross-site request refused")
+        session = conn.cookies.get(SESSION_COOKIE) if cookies else None
+        if session:
+            who = await hub.store.session_principal(session, now)
+    if who is None:
+        how = "'Authorization: Bearer <token>'" if not cookies else \
+            "'Authorization: Bearer <token>' or sign in"
+        raise Unauthorized(f"send {how} with a valid, unrevoked token")
+    if roles and who.role not in roles:
+        wanted = " or ".join(r.value for r in roles)
+        raise Denied(f"this call needs a token of role {wanted}, not {who.role.value}")
+    return who

@@ -29,7 +29,15 @@ expire shortly after.
 Outcomes: answered → 200 completion (``finish_reason`` ``stop``, or ``tool_calls`` for a
 tool-call answer); pending → 408 ``request_pending`` (retry); expired → 408
 ``request_expired`` with ``x-should-retry: false``; declined → 422 ``request_declined``;
-cancelled → 409 ``request_cancelled``. Never an empty completion.
+cancelled → 409 ``request_cancelled``. Never an empty completion. Each is an
+:class:`~hub.server.errors.OpenAIError`, so every error leaves through the one mapping in
+``hub.server.errors``.
+
+Streaming (``stream: true``) answers with the role chunk at once, then ``: keep-alive``
+comments every ``--sse-keepalive`` seconds of the hub's clock while the person thinks, then
+the answer, the finish chunk and ``[DONE]`` — or an ``error`` event and no ``[DONE]``: when
+the wait runs out, the request ends without an answer, or the caller's token is revoked or
+expires while the stream is open.
 """
 
 from __future__ import annotations
@@ -37,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import logging
 import math
 import os
 from collections.abc import AsyncIterator
@@ -51,29 +58,30 @@ from starlette.routing import Route
 
 from hub.core import Request as HubRequest
 from hub.protocol import (
+    EXPIRES_LIMIT,
     MAX_WAIT_SECONDS,
+    NAME_CHARS,
+    NAME_MAX,
+    WAIT_LIMIT,
     Ask,
     Conversation,
     HubError,
-    Invalid,
     Kind,
     OpId,
-    RetryLater,
     Status,
+    is_name,
 )
 from hub.schema import SchemaError, check_schema, check_tools, is_tool_call, tool_names
-from hub.server.auth import bearer
-from hub.server.http_api import MAX_HTTP_WAIT, hub_of, new_rid, read_json
+from hub.server.auth import authenticate, hub_of
+from hub.server.bodies import read_json
+from hub.server.errors import OpenAIError, openai_body, openai_endpoint
+from hub.server.http_api import new_rid
 from hub.service import HubService
 from hub.store import Principal, Role
-
-log = logging.getLogger("a2h.openai")
 
 #: Seconds after a request resolved during which the same call (no Idempotency-Key)
 #: re-attaches to it and gets its resolution again; later it asks anew.
 REATTACH_WINDOW = 600.0
-#: What a 408 "still pending" tells the client to pause before its retry (the long-poll).
-RETRY_AFTER_MS = 100
 #: Largest chat-completions body. An inbox item must fit a human socket's outbox.
 MAX_CHAT_BODY = 256 * 1024
 #: How many generations of a derived op_id are tried before falling back to a fresh one.
@@ -83,66 +91,41 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
 
-class ParamError(Invalid):
+class ParamError(OpenAIError):
     """A 400 naming the offending request parameter (OpenAI's ``param``)."""
 
     def __init__(self, message: str, param: str, oai_code: str = "invalid_value") -> None:
-        super().__init__(message)
-        self.param = param
-        self.oai_code = oai_code
+        super().__init__(message, status=400, oai_code=oai_code, param=param)
 
 
 def unsupported(param: str, why: str) -> ParamError:
     return ParamError(f"'{param}' is not supported: {why}", param, "unsupported_parameter")
 
 
-# ---------------------------------------------------------------------------- errors
-
-_OAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-              403: "permission_error", 404: "invalid_request_error",
-              408: "timeout_error", 409: "invalid_request_error", 413: "invalid_request_error",
-              422: "invalid_request_error", 429: "rate_limit_error"}
+def model_not_found(model: str, hint: str = "") -> OpenAIError:
+    return OpenAIError(f"the model {model!r} does not exist{hint}", status=404,
+                       oai_code="model_not_found", param="model")
 
 
-def oai_error(status: int, message: str, code: str, *, param: str | None = None,
-              retry: bool = False, request: HubRequest | None = None) -> JSONResponse:
-    """An OpenAI-style error body; ``x-should-retry`` always says what the client should do
-    (the official clients would otherwise retry a 409 by themselves)."""
-    body: dict[str, Any] = {"error": {"message": message,
-                                      "type": _OAI_TYPES.get(status, "server_error"),
-                                      "param": param, "code": code}}
-    headers = {"x-should-retry": "true" if retry else "false"}
-    if request is not None:
-        body["a2h"] = _extra(request)
-        headers["x-a2h-op-id"] = request.op_id
-    if retry:
-        headers["retry-after-ms"] = str(RETRY_AFTER_MS)
-    if status == 401:
-        headers["www-authenticate"] = "Bearer"
-    return JSONResponse(body, status_code=status, headers=headers)
+# ---------------------------------------------------------------------------- outcomes
 
 
-def hub_error(exc: HubError) -> JSONResponse:
-    if isinstance(exc, ParamError):
-        return oai_error(400, exc.message, exc.oai_code, param=exc.param)
-    return oai_error(exc.http_status, exc.message, exc.code.value, retry=exc.retryable)
-
-
-def outcome_error(req: HubRequest) -> JSONResponse:
+def outcome_error(req: HubRequest) -> OpenAIError:
     """The error for a request that did not end in an answer (yet)."""
-    who = req.to
+    who, extra = req.to, _extra(req)
     if req.status is Status.PENDING:
-        return oai_error(408, f"{who} has not answered yet; retry the same call to keep "
-                         f"waiting (it re-attaches to request {req.op_id})",
-                         "request_pending", retry=True, request=req)
+        return OpenAIError(f"{who} has not answered yet; retry the same call to keep "
+                           f"waiting (it re-attaches to request {req.op_id})", status=408,
+                           oai_code="request_pending", retry=True, a2h=extra)
     if req.status is Status.EXPIRED:
-        return oai_error(408, f"the question to {who} expired unanswered", "request_expired",
-                         request=req)
+        return OpenAIError(f"the question to {who} expired unanswered", status=408,
+                           oai_code="request_expired", a2h=extra)
     if req.status is Status.DECLINED:
         reason = _reason(req.value)
-        return oai_error(422, f"{who} declined to answer" + (f": {reason}" if reason else ""),
-                         "request_declined", request=req)
-    return oai_error(409, "the request was cancelled", "request_cancelled", request=req)
+        return OpenAIError(f"{who} declined to answer" + (f": {reason}" if reason else ""),
+                           status=422, oai_code="request_declined", a2h=extra)
+    return OpenAIError("the request was cancelled", status=409, oai_code="request_cancelled",
+                       a2h=extra)
 
 
 def _reason(value: Any) -> str:
@@ -202,8 +185,9 @@ def parse_chat(body: Any, who: Principal, wait_header: str | None) -> ChatCall:
         raise ParamError("'model' must name a human (their handle)", "model",
                          "missing_required_parameter")
     handle = model.strip().removeprefix("human/")
-    if not handle or len(handle) > 200:
-        raise ParamError("'model' must name a human (their handle)", "model")
+    if not is_name(handle):
+        raise ParamError(f"'model' must name a human: a handle is 1..{NAME_MAX} of "
+                         f"{NAME_CHARS}", "model")
     question, context = parse_messages(body.get("messages"))
     schema = parse_response_format(body.get("response_format"))
     tools, required = parse_tools(body.get("tools"), body.get("tool_choice"))
@@ -223,11 +207,13 @@ def parse_chat(body: Any, who: Principal, wait_header: str | None) -> ChatCall:
         except ValueError:
             raise ParamError("header X-A2H-Wait must be a number of seconds", "wait") from None
     wait = MAX_WAIT_SECONDS if wait_raw is None else wait_raw
-    if not _number(wait) or not 0 <= wait <= MAX_HTTP_WAIT:
-        raise ParamError(f"'wait' must be 0..{MAX_HTTP_WAIT:g} seconds", "wait")
+    if not _number(wait) or not 0 <= wait <= WAIT_LIMIT:
+        raise ParamError(f"'wait' must be 0..{WAIT_LIMIT:g} seconds", "wait")
     expires_in = body.get("expires_in")
-    if expires_in is not None and (not _number(expires_in) or expires_in <= 0):
-        raise ParamError("'expires_in' must be a number of seconds > 0", "expires_in")
+    if expires_in is not None and (not _number(expires_in)
+                                   or not 0 < expires_in <= EXPIRES_LIMIT):
+        raise ParamError(f"'expires_in' must be a number of seconds > 0 and <= "
+                         f"{EXPIRES_LIMIT:g} (30 days)", "expires_in")
     return ChatCall(
         model=model, handle=handle, question=question, context=context,
         conversation=conversation_of(body, who), schema=schema, tools=tools, stream=stream,
@@ -421,9 +407,9 @@ def conversation_of(body: dict[str, Any], who: Principal) -> str:
                          (body.get("user"), "user")):
         if value is None:
             continue
-        if not isinstance(value, str) or not 1 <= len(value) <= 200:
-            raise ParamError(f"'{param}' must be 1..200 characters", param)
-        return value
+        if not is_name(value):
+            raise ParamError(f"'{param}' must be 1..{NAME_MAX} of {NAME_CHARS}", param)
+        return str(value)
     return f"chat:{who.name}:{who.token_hash[:8]}"
 
 
@@ -489,61 +475,31 @@ def completion(req: HubRequest, call: ChatCall, attached: bool) -> dict[str, Any
     }
 
 
-async def _principal(request: Request, *roles: Role) -> Principal | JSONResponse:
-    """Bearer tokens only: no cookies here, so no cross-site request can use them."""
-    hub = hub_of(request)
-    token = bearer(request)
-    who = await hub.store.principal(token, hub.clock.now()) if token else None
-    if who is None:
-        return oai_error(401, "send 'Authorization: Bearer <token>' with a valid A2H token",
-                         "invalid_api_key")
-    if who.role not in roles:
-        return oai_error(403, f"a {who.role.value} token cannot call this; use an agent token",
-                         "forbidden")
-    return who
-
-
+@openai_endpoint
 async def chat_completions(request: Request) -> Response:
     """POST /v1/chat/completions."""
-    try:
-        return await _chat(request)
-    except HubError as exc:
-        return hub_error(exc)
-    except Exception:
-        log.exception("chat completion failed")
-        return hub_error(RetryLater("internal error"))
-
-
-async def _chat(request: Request) -> Response:
-    who = await _principal(request, Role.AGENT)
-    if isinstance(who, Response):
-        return who
+    who = await authenticate(request, Role.AGENT, cookies=False)
     hub = hub_of(request)
     body = await read_json(request, MAX_CHAT_BODY)
     call = parse_chat(body, who, request.headers.get("x-a2h-wait"))
     if not await hub.known_human(who.tenant, call.handle):
-        return oai_error(404, f"the model {call.model!r} does not exist: no human "
-                         f"{call.handle!r} in this tenant (GET /v1/models lists them)",
-                         "model_not_found", param="model")
+        raise model_not_found(call.model, f": no human {call.handle!r} in this tenant "
+                              "(GET /v1/models lists them)")
     op_id = await choose_op_id(hub, who, call, request.headers.get("idempotency-key"))
     ask = ask_of(call, op_id)
     rid = new_rid()
     if call.stream:
-        done, reply = hub.future_reply()
-        await hub.ask(who, ask, reply, rid, schema=call.schema, tools=call.tools)
-        r = await done
-        if r.error is not None:
-            raise r.error
-        assert r.request is not None
+        # Commit (or re-attach) first, so that refusals are plain HTTP errors; then stream.
+        req, attached = await hub.submit(who, ask, rid, schema=call.schema, tools=call.tools)
         return StreamingResponse(
-            _stream(hub, who, call, r.request, r.attached, rid),
+            _stream(hub, who, call, req, attached, rid),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no",
                      "x-a2h-op-id": op_id})
     req, attached = await hub.ask_and_wait(who, ask, rid, schema=call.schema,
                                            tools=call.tools)
     if req.status is not Status.ANSWERED:
-        return outcome_error(req)
+        raise outcome_error(req)
     return JSONResponse(completion(req, call, attached), headers={"x-a2h-op-id": op_id})
 
 
@@ -559,9 +515,14 @@ def _sse(obj: Any) -> bytes:
 async def _stream(hub: HubService, who: Principal, call: ChatCall, req: HubRequest,
                   attached: bool, rid: str) -> AsyncIterator[bytes]:
     """Role chunk at once, ``: keep-alive`` comments while the person thinks, then the
-    answer, the finish chunk and ``[DONE]`` — or an ``error`` event (no ``[DONE]``)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + call.wait
+    answer, the finish chunk and ``[DONE]`` — or an ``error`` event (no ``[DONE]``).
+
+    One re-attach blocks for the whole wait (each returns at once on resolution); beside
+    it, the hub's clock ticks the keep-alives and ends the wait, so both are driven by a
+    fake clock in tests.
+    """
+    clock = hub.clock
+    end = clock.now() + call.wait
     interval = keepalive_seconds(hub)
     base = {"id": f"chatcmpl-{req.op_id}", "object": "chat.completion.chunk",
             "created": int(req.created_at), "model": call.model, "system_fingerprint": None}
@@ -571,21 +532,35 @@ async def _stream(hub: HubService, who: Principal, call: ChatCall, req: HubReque
                                           "logprobs": None}], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
+    waiter: asyncio.Task[HubRequest] | None = None
+    tick: asyncio.Task[None] | None = None
     try:
-        while not req.terminal:
-            left = end - loop.time()
+        if not req.terminal and call.wait > 0:
+            waiter = asyncio.ensure_future(hub.wait_for(who, req.op_id, call.wait, rid))
+        while waiter is not None:
+            left = end - clock.now()
             if left <= 0:
+                break  # the wait ran out on the hub's clock: the request is still pending
+            tick = asyncio.ensure_future(clock.sleep(min(interval, left) if interval > 0
+                                                     else left))
+            await asyncio.wait((waiter, tick), return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                req = waiter.result()  # raises what the service raised (Unauthorized, ...)
                 break
-            # Short re-attaches (subscribe, then read) instead of one long one: each
-            # returns at once on resolution, and between them we tell proxies we live.
-            req = await hub.wait_for(who, req.op_id, min(interval, left), rid)
-            if not req.terminal and end - loop.time() > 0:
+            if end - clock.now() > 0:
                 yield b": keep-alive\n\n"
     except HubError as exc:
-        yield _sse(orjson.loads(hub_error(exc).body))
+        yield _sse(openai_body(exc))
         return
+    finally:
+        # Owned here: cancelled and awaited, whichever way the stream ends (a client that
+        # goes away cancels us; that cancellation keeps propagating).
+        tasks = [t for t in (waiter, tick) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     if req.status is not Status.ANSWERED:
-        yield _sse(orjson.loads(outcome_error(req).body))
+        yield _sse(openai_body(outcome_error(req)))
         return
     message, finish = assistant_message(req)
     if finish == "tool_calls":
@@ -606,26 +581,23 @@ def model_entry(handle: str, tenant: str) -> dict[str, Any]:
     return {"id": handle, "object": "model", "created": 0, "owned_by": f"a2h:{tenant}"}
 
 
+@openai_endpoint
 async def list_models(request: Request) -> Response:
     """GET /v1/models: the tenant's humans."""
-    who = await _principal(request, Role.AGENT, Role.HUMAN, Role.ADMIN)
-    if isinstance(who, Response):
-        return who
+    who = await authenticate(request, cookies=False)
     humans = await hub_of(request).store.list_humans(who.tenant)
     return JSONResponse({"object": "list",
                          "data": [model_entry(h, who.tenant) for h in humans]})
 
 
+@openai_endpoint
 async def get_model(request: Request) -> Response:
     """GET /v1/models/{model}."""
-    who = await _principal(request, Role.AGENT, Role.HUMAN, Role.ADMIN)
-    if isinstance(who, Response):
-        return who
+    who = await authenticate(request, cookies=False)
     model = request.path_params["model"]
     handle = model.removeprefix("human/")
     if not await hub_of(request).known_human(who.tenant, handle):
-        return oai_error(404, f"the model {model!r} does not exist", "model_not_found",
-                         param="model")
+        raise model_not_found(model)
     return JSONResponse(model_entry(handle, who.tenant))
 
 

@@ -1,40 +1,45 @@
-"""Browser sessions: a human token is exchanged for an HttpOnly, SameSite=Strict cookie."""
+"""Browser sessions: a human token is exchanged for an HttpOnly, SameSite=Strict cookie.
+
+    POST   /api/session  {"token": "<human token>"}  -> 204 + cookie
+    DELETE /api/session                              -> 204, cookie cleared
+    GET    /api/me                                   -> {"tenant", "handle", "role"}
+"""
 
 from __future__ import annotations
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hub.protocol import ERROR_TABLE, ErrorCode
-from hub.server.auth import SESSION_COOKIE, authenticate, cross_site
-from hub.service import HubService
+from hub.protocol import BadJson, Denied, Invalid, Unauthorized, loads
+from hub.server.auth import SESSION_COOKIE, authenticate, cross_site, hub_of
+from hub.server.errors import endpoint
 from hub.store import Role
 
-
-def error_response(code: ErrorCode, message: str) -> JSONResponse:
-    status, retryable = ERROR_TABLE[code]
-    return JSONResponse({"error": {"code": code.value, "message": message,
-                                   "retryable": retryable}}, status_code=status)
+#: Largest login body: a token and some slack.
+MAX_LOGIN_BODY = 4096
 
 
+@endpoint
 async def login(request: Request) -> Response:
-    hub: HubService = request.app.state.hub
+    hub = hub_of(request)
     if cross_site(request, hub.settings.allowed_origins):
-        return error_response(ErrorCode.FORBIDDEN, "cross-site request refused")
+        raise Denied("cross-site request refused")
+    usage = 'send {"token": "<human token>"}'
+    raw = await request.body()
+    if len(raw) > MAX_LOGIN_BODY:
+        raise Invalid(usage)
     try:
-        body = orjson.loads(await request.body())
-        token = body["token"]
-        if not isinstance(token, str):
-            raise TypeError
-    except Exception:
-        return error_response(ErrorCode.INVALID, 'send {"token": "<human token>"}')
+        body = loads(raw)
+    except BadJson:
+        raise Invalid(usage) from None
+    token = body.get("token") if isinstance(body, dict) else None
+    if not isinstance(token, str):
+        raise Invalid(usage)
     who = await hub.store.principal(token.strip(), hub.clock.now())
     if who is None:
-        return error_response(ErrorCode.UNAUTHORIZED, "this token is not valid (revoked, "
-                              "expired or mistyped)")
+        raise Unauthorized("this token is not valid (revoked, expired or mistyped)")
     if who.role is not Role.HUMAN:
-        return error_response(ErrorCode.FORBIDDEN, "only a human token opens the inbox")
+        raise Denied("only a human token opens the inbox")
     ttl = hub.settings.session_ttl
     session = await hub.store.create_session(who.token_hash, hub.clock.now(), ttl)
     resp = Response(status_code=204)
@@ -43,10 +48,11 @@ async def login(request: Request) -> Response:
     return resp
 
 
+@endpoint
 async def logout(request: Request) -> Response:
-    hub: HubService = request.app.state.hub
+    hub = hub_of(request)
     if cross_site(request, hub.settings.allowed_origins):
-        return error_response(ErrorCode.FORBIDDEN, "cross-site request refused")
+        raise Denied("cross-site request refused")
     session = request.cookies.get(SESSION_COOKIE)
     if session:
         await hub.store.end_session(session)
@@ -55,9 +61,7 @@ async def logout(request: Request) -> Response:
     return resp
 
 
+@endpoint
 async def me(request: Request) -> Response:
-    hub: HubService = request.app.state.hub
-    who = await authenticate(request, hub, websocket=False)
-    if who is None:
-        return error_response(ErrorCode.UNAUTHORIZED, "not signed in")
+    who = await authenticate(request)
     return JSONResponse({"tenant": who.tenant, "handle": who.name, "role": who.role.value})

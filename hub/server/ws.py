@@ -216,8 +216,9 @@ class Session:
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
     hub: HubService = websocket.app.state.hub
-    who = await authenticate(websocket, hub, websocket=True)
-    if who is None or who.role is Role.ADMIN:
+    try:
+        who = await authenticate(websocket, Role.AGENT, Role.HUMAN)
+    except HubError:  # no, a bad or an admin token; a cookie socket from a foreign origin
         # Before accept: uvicorn answers the upgrade with HTTP 403.
         await websocket.close(code=CloseCode.POLICY)
         return
@@ -239,6 +240,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
+    hub.watch_expiry(who)
     if who.role is Role.HUMAN:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),

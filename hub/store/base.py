@@ -70,6 +70,9 @@ class Principal:
     role: Role
     name: str
     token_hash: str
+    #: when the token stops being valid (epoch seconds), None if never: the hub closes its
+    #: sockets and ends its blocked calls then, as for a revocation
+    expires_at: float | None = None
 
     @property
     def label(self) -> str:

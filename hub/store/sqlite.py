@@ -167,6 +167,10 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
             raise
 
 
+#: Bytes the write-ahead log keeps after a checkpoint.
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+
+
 def connect_sync(path: str | Path, synchronous: str = "FULL") -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
                            timeout=30.0)
@@ -174,6 +178,9 @@ def connect_sync(path: str | Path, synchronous: str = "FULL") -> sqlite3.Connect
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA foreign_keys=ON")
+    # After a checkpoint, cut the write-ahead log back to this size: a flood's WAL is not
+    # kept on disk forever.
+    conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     migrate(conn, str(path))
     return conn
 
@@ -568,7 +575,7 @@ class SQLiteStore:
         tenant, role, name, expires_at, revoked_at = rows[0]
         if revoked_at is not None or (expires_at is not None and expires_at <= now):
             return None
-        return Principal(tenant, Role(role), name, token_hash)
+        return Principal(tenant, Role(role), name, token_hash, expires_at)
 
     async def revoke_token(self, token: str, now: float, tenant: str | None = None) -> bool:
         return bool(await self._write(lambda c: revoke_token_sync(c, token, now, tenant)))
