@@ -53,7 +53,10 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hub import __version__
+
     p = argparse.ArgumentParser(prog="a2h", description="A2H hub: agents ask, humans answer.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the hub")

@@ -1,4 +1,4 @@
-"""The wire vocabulary shared by the hub, the SDK and (through web/js/protocol.js) the inbox.
+"""The wire vocabulary shared by the hub, the SDK and (through hub/web/js/protocol.js) the inbox.
 
 Standard library and orjson only: ``client_sdk`` imports this module.
 

@@ -22,7 +22,7 @@ from hub.server.ws import websocket_endpoint
 from hub.service import HubService
 from hub.store import Store, open_store
 
-WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
