@@ -291,7 +291,10 @@ class RoomCore:
 
     def _ask(self, ev: AskReceived, now: float) -> Decision:
         ask = ev.ask
-        phash = payload_hash(ask, ev.schema, ev.tools)
+        # The schema arrives on the ask frame (WebSocket, HTTP) or beside it (chat
+        # completions' response_format): one schema either way, hashed as before.
+        schema = ev.schema if ev.schema is not None else ask.schema
+        phash = payload_hash(ask, schema, ev.tools)
         foreign = self._foreign.pop(ask.op_id, None)
         if foreign is not None:
             return _reply_error(Conflict("op_id already used with a different payload",
@@ -311,7 +314,7 @@ class RoomCore:
         req = Request(
             tenant=ev.tenant, op_id=ask.op_id, conversation=self.conversation, to=ask.to,
             sender=ev.sender, kind=ask.kind, question=ask.question, choices=ask.choices,
-            context=ask.context, default=ask.default, schema=ev.schema, tools=ev.tools,
+            context=ask.context, default=ask.default, schema=schema, tools=ev.tools,
             payload_hash=phash, status=Status.PENDING, value=None, actor=None,
             created_at=now, deadline=deadline, fixed_deadline=fixed,
         )
