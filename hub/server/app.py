@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hub.clock import Clock
 from hub.config import Settings
 from hub.server import admin, ops, session
+from hub.server.mcp import mcp_endpoint
 from hub.server.runs_api import frame_handlers as run_frame_handlers
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
@@ -60,10 +61,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     if store is None:
         store = open_store(settings.db, synchronous=settings.sync)
     hub = HubService(settings, store, clock)
+    mcp = mcp_endpoint(hub)  # None without the mcp extra
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with hub:
+        async with hub, (mcp.running() if mcp else contextlib.nullcontext()):
             yield
 
     routes = [
@@ -76,6 +78,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     ]
     routes += admin.routes()
     routes += extra_routes()
+    if mcp is not None:
+        routes.append(mcp.route())
     directory = web_dir or WEB_DIR
     if directory.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))
