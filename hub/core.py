@@ -116,7 +116,10 @@ def transition(req: Request, status: Status) -> None:
 
 
 def payload_hash(ask: Ask, schema: Any = None, tools: Any = None) -> str:
-    """What makes two asks with one op_id "the same request" (wait is not part of it)."""
+    """What makes two asks with one op_id "the same request" (wait is not part of it).
+    ``schema`` given beside the ask stands for the ask's own (one schema either way)."""
+    if schema is None:
+        schema = ask.schema
     blob = orjson.dumps(
         [ask.conversation, ask.to, ask.kind.value, ask.question, ask.choices, ask.context,
          ask.default, ask.expires_in, schema, tools],

@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import httpx2
