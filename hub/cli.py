@@ -36,6 +36,7 @@ _HELP = {
     "seconds between sweeps for overdue deadlines", "session_ttl": "browser session seconds",
     "heartbeat": "WebSocket ping interval, seconds (0: off)",
     "sse_keepalive": "seconds between keep-alive comments on streamed chat completions",
+    "mcp_progress_interval": "seconds between MCP progress notifications of a waiting call",
     "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
     "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
     "log_level": "debug, info, warning or error",
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--op-id", default=None)
     ask.add_argument("--url", default=_env("url", "http://127.0.0.1:8000"))
     ask.add_argument("--token", default=_env("token"))
+
+    sub.add_parser("mcp", help="serve the MCP tools on stdio (env A2H_URL, A2H_TOKEN)")
     return p
 
 
@@ -107,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             return token_command(args)
         if args.command == "ask":
             return asyncio.run(ask_command(args))
+        if args.command == "mcp":
+            return mcp_command()
     except KeyboardInterrupt:
         return 130
     return EXIT_ERROR
@@ -188,6 +193,33 @@ async def ask_command(args: argparse.Namespace) -> int:
     if answer.status != "answered":
         print(f"a2h ask: {answer.status}", file=sys.stderr)
     return codes.get(answer.status, EXIT_ERROR)
+
+
+# ---------------------------------------------------------------------------- mcp
+
+
+def mcp_command() -> int:
+    """``a2h mcp``: the MCP tools on stdio (hub/mcp_stdio.py)."""
+    from client_sdk import A2HError
+
+    token = _env("token")
+    if not token:
+        print("a2h mcp: set A2H_TOKEN (an agent token) and A2H_URL", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        from hub.mcp_stdio import serve_stdio
+    except ImportError as exc:
+        print(f"a2h mcp: {exc}; install the extra: pip install 'a2h-hub[mcp]'",
+              file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        asyncio.run(serve_stdio(_env("url", "http://127.0.0.1:8000") or "", token,
+                                progress_interval=Settings.from_env().mcp_progress_interval,
+                                to=_env("to")))
+    except A2HError as exc:
+        print(f"a2h mcp: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 # ---------------------------------------------------------------------------- serve

@@ -38,6 +38,8 @@ class Settings:
     alarm_sweep: float = 1.0
     #: Seconds between SSE keep-alive comments on a streaming chat completion.
     sse_keepalive: float = 15.0
+    #: Seconds between MCP progress notifications while a tool call waits for a person.
+    mcp_progress_interval: float = 15.0
     #: Seconds a browser session lasts.
     session_ttl: float = 7 * 24 * 3600.0
     #: WebSocket ping interval, seconds (0 disables).

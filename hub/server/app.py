@@ -15,8 +15,10 @@ import hub.server.http_api as http_api
 import hub.server.openai_compat as openai_compat
 import hub.server.ops as ops
 import hub.server.session as session
+from hub.bus import open_bus
 from hub.clock import Clock
 from hub.config import Settings
+from hub.server.mcp import mcp_endpoint
 from hub.server.runs_api import frame_handlers as run_frame_handlers
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
@@ -63,11 +65,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     settings = settings or Settings()
     if store is None:
         store = open_store(settings.store or settings.db, synchronous=settings.sync)
-    hub = HubService(settings, store, clock)
+    hub = HubService(settings, store, clock, open_bus(settings.bus, drop=settings.bus_drop))
+    mcp = mcp_endpoint(hub)  # None without the mcp extra
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with hub:
+        async with hub, (mcp.running() if mcp else contextlib.nullcontext()):
             yield
 
     routes = [
@@ -80,6 +83,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     ]
     routes += admin.routes()
     routes += extra_routes()
+    if mcp is not None:
+        routes.append(mcp.route())
     directory = web_dir or WEB_DIR
     if directory.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))
