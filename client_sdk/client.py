@@ -12,9 +12,10 @@ out a ``rate_limited`` answer except ``cancel``, which raises :class:`RateLimite
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -28,6 +29,36 @@ from hub.protocol import MAX_WAIT_SECONDS, Kind, Status, T
 def new_op_id() -> str:
     """128 random bits, hex: never derived from the question."""
     return secrets.token_hex(16)
+
+
+class SchemaModel(Protocol):
+    """A class that describes a typed answer: a pydantic v2 model (duck-typed, so the SDK
+    does not depend on pydantic)."""
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]: ...
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Any: ...
+
+
+#: What ``schema=`` takes: a JSON Schema dict, or a class with ``model_json_schema()``.
+Schema = dict[str, Any] | type[SchemaModel]
+
+
+def _schema_parts(schema: Schema | None) -> tuple[dict[str, Any] | None, type[SchemaModel] | None]:
+    """(the JSON schema to send, the class to build the answer with)."""
+    if schema is None or isinstance(schema, dict):
+        return schema, None
+    return schema.model_json_schema(), schema
+
+
+def _typed(answer: Answer, model: type[SchemaModel] | None) -> Answer:
+    """An answered request's value as an instance of ``model`` (``request["value"]`` keeps
+    the JSON). Declined, expired, cancelled and pending answers are left as they are."""
+    if model is None or answer.status != Status.ANSWERED:
+        return answer
+    return dataclasses.replace(answer, value=model.model_validate(answer.value))
 
 
 class Hub:
@@ -110,15 +141,21 @@ class Hub:
                   choices: list[str] | None = None, wait: float = MAX_WAIT_SECONDS,
                   expires_in: float | None = None, op_id: str | None = None,
                   default: Any = None, context: Any = None,
-                  kind: str = Kind.QUESTION) -> Answer:
+                  kind: str = Kind.QUESTION, schema: Schema | None = None) -> Answer:
         """Ask a human and block up to ``wait`` seconds for the answer.
 
         Across a dropped socket (or a failover to another URL) the same op_id is sent
         again: the hub re-attaches, never creates a second request.
 
+        Args:
+            schema: a typed answer: a JSON Schema dict (the subset in docs/protocol.md), or
+                a class with ``model_json_schema()`` (a pydantic v2 model). The inbox shows
+                a form, the hub refuses answers that do not match (``invalid``), and with a
+                class the answer's ``value`` is an instance of it (``model_validate``).
+
         Returns:
             The :class:`Answer`; ``status == "pending"`` when ``wait`` ran out first
-            (re-attach with :meth:`wait`).
+            (re-attach with :meth:`wait`, passing the same ``schema`` class).
 
         Raises:
             Overloaded: the room is full (never retried automatically).
@@ -131,7 +168,10 @@ class Hub:
             "conversation": conversation, "kind": kind, "choices": choices,
             "context": context, "default": default, "wait": wait, "expires_in": expires_in,
         }
-        return await self._attach(frame, wait)
+        json_schema, model = _schema_parts(schema)
+        if json_schema is not None:
+            frame["schema"] = json_schema
+        return _typed(await self._attach(frame, wait), model)
 
     async def approve_request(self, to: str, action: Any, *, conversation: str,
                               wait: float = MAX_WAIT_SECONDS, expires_in: float | None = None,
@@ -143,9 +183,12 @@ class Hub:
                               expires_in=expires_in, op_id=op_id, context=context,
                               kind=Kind.APPROVAL)
 
-    async def wait(self, op_id: str, wait: float = MAX_WAIT_SECONDS) -> Answer:
-        """Re-attach to a request and block up to ``wait`` seconds for its resolution."""
-        return await self._attach({"type": T.WAIT, "op_id": op_id, "wait": wait}, wait)
+    async def wait(self, op_id: str, wait: float = MAX_WAIT_SECONDS, *,
+                   schema: type[SchemaModel] | None = None) -> Answer:
+        """Re-attach to a request and block up to ``wait`` seconds for its resolution;
+        with ``schema`` (the class given to :meth:`ask`) the value is an instance of it."""
+        answer = await self._attach({"type": T.WAIT, "op_id": op_id, "wait": wait}, wait)
+        return _typed(answer, schema)
 
     async def _attach(self, frame: dict[str, Any], wait: float) -> Answer:
         view = await self._conn.attach(frame, wait)

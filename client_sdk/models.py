@@ -14,6 +14,9 @@ class Answer:
 
     ``status`` is ``answered``, ``declined``, ``expired``, ``cancelled`` or ``pending``
     (the wait ran out first; call ``Hub.wait(op_id)`` to re-attach).
+
+    ``value`` is the answer as JSON — or, for an ask with ``schema=SomeModel`` that was
+    answered, a ``SomeModel`` instance (``request["value"]`` keeps the JSON).
     """
 
     status: str

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from client_sdk.client import Hub
+from client_sdk.client import Hub, Schema, SchemaModel
 from client_sdk.models import Answer, Item
 from client_sdk.runs import _CALL_ID, Run, RunInfo
 from hub.protocol import MAX_WAIT_SECONDS, Kind, Status
@@ -111,12 +111,13 @@ class SyncHub:
     def ask(self, to: str, question: str, *, conversation: str,
             choices: list[str] | None = None, wait: float = MAX_WAIT_SECONDS,
             expires_in: float | None = None, op_id: str | None = None,
-            default: Any = None, context: Any = None, kind: str = Kind.QUESTION) -> Answer:
+            default: Any = None, context: Any = None, kind: str = Kind.QUESTION,
+            schema: Schema | None = None) -> Answer:
         """:meth:`client_sdk.Hub.ask`, blocking."""
         return self._run(self._hub.ask(to, question, conversation=conversation,
                                        choices=choices, wait=wait, expires_in=expires_in,
                                        op_id=op_id, default=default, context=context,
-                                       kind=kind))
+                                       kind=kind, schema=schema))
 
     def approve_request(self, to: str, action: Any, *, conversation: str,
                         wait: float = MAX_WAIT_SECONDS, expires_in: float | None = None,
@@ -126,9 +127,10 @@ class SyncHub:
                                                    wait=wait, expires_in=expires_in,
                                                    op_id=op_id, context=context))
 
-    def wait(self, op_id: str, wait: float = MAX_WAIT_SECONDS) -> Answer:
+    def wait(self, op_id: str, wait: float = MAX_WAIT_SECONDS, *,
+             schema: type[SchemaModel] | None = None) -> Answer:
         """:meth:`client_sdk.Hub.wait`, blocking."""
-        return self._run(self._hub.wait(op_id, wait))
+        return self._run(self._hub.wait(op_id, wait, schema=schema))
 
     def cancel(self, op_id: str) -> Answer:
         """:meth:`client_sdk.Hub.cancel`, blocking."""

@@ -25,6 +25,9 @@ EXIT_PENDING = 13
 _HELP = {
     "host": "address to listen on", "port": "port to listen on (0: any free port)",
     "db": "SQLite database file", "sync": "SQLite synchronous mode: full or normal",
+    "store": "store URL shared by several nodes, postgresql://USER@HOST:PORT/DB "
+             "(default: the SQLite --db)",
+    "bus": "bus between nodes, nats://HOST:PORT (default: this node serves alone)",
     "room_idle": "seconds before an idle room is dropped from memory",
     "room_mailbox": "messages a room queues before answering 'overloaded'",
     "max_frame": "largest WebSocket frame in bytes (bigger closes with 1009)",
@@ -33,6 +36,7 @@ _HELP = {
     "seconds between sweeps for overdue deadlines", "session_ttl": "browser session seconds",
     "heartbeat": "WebSocket ping interval, seconds (0: off)",
     "sse_keepalive": "seconds between keep-alive comments on streamed chat completions",
+    "mcp_progress_interval": "seconds between MCP progress notifications of a waiting call",
     "allowed_origins": "extra origins allowed for browser sockets, comma-separated",
     "forwarded_allow_ips": "proxies trusted for X-Forwarded-* headers",
     "log_level": "debug, info, warning or error",
@@ -50,7 +54,10 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hub import __version__
+
     p = argparse.ArgumentParser(prog="a2h", description="A2H hub: agents ask, humans answer.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the hub")
@@ -63,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = token.add_subparsers(dest="token_command", required=True)
     create = tsub.add_parser("create", help="print one new token on stdout")
     create.add_argument("--db", default=_env("db", "./a2h.db"))
+    create.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
     create.add_argument("--tenant", default="default")
     who = create.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", metavar="NAME")
@@ -72,12 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = tsub.add_parser("revoke", help="revoke a token")
     revoke.add_argument("token")
     revoke.add_argument("--db", default=_env("db", "./a2h.db"))
+    revoke.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
 
     notify = sub.add_parser("notify", help="webhooks and ntfy topics (docs/notifications.md)")
     nsub = notify.add_subparsers(dest="notify_command", required=True)
     nadd = nsub.add_parser("add", help="add an endpoint; a webhook's signing secret is "
                                        "printed alone on stdout, once")
     nadd.add_argument("--db", default=_env("db", "./a2h.db"))
+    nadd.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
     nadd.add_argument("--tenant", default="default")
     nadd.add_argument("--human", metavar="HANDLE", default=None,
                       help="only this person's requests (default: everyone in the tenant)")
@@ -87,11 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     nadd.add_argument("--ntfy-token", default=None, help="access token of a protected topic")
     nlist = nsub.add_parser("list", help="endpoints, their pending deliveries and errors")
     nlist.add_argument("--db", default=_env("db", "./a2h.db"))
+    nlist.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
     nlist.add_argument("--tenant", default=None, help="only this tenant (default: all)")
     nlist.add_argument("--json", action="store_true", help="one JSON object per line")
     nremove = nsub.add_parser("remove", help="remove an endpoint and its pending deliveries")
     nremove.add_argument("id")
     nremove.add_argument("--db", default=_env("db", "./a2h.db"))
+    nremove.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
 
     ask = sub.add_parser("ask", help="ask a human and print the answer")
     ask.add_argument("question")
@@ -105,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--op-id", default=None)
     ask.add_argument("--url", default=_env("url", "http://127.0.0.1:8000"))
     ask.add_argument("--token", default=_env("token"))
+
+    sub.add_parser("mcp", help="serve the MCP tools on stdio (env A2H_URL, A2H_TOKEN)")
     return p
 
 
@@ -119,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(ask_command(args))
         if args.command == "notify":
             return notify_command(args)
+        if args.command == "mcp":
+            return mcp_command()
     except KeyboardInterrupt:
         return 130
     return EXIT_ERROR
@@ -131,10 +152,10 @@ def token_command(args: argparse.Namespace) -> int:
     """Create or revoke a token through the store, whether or not a hub runs on it."""
     import time
 
-    from hub.store import NewerDatabase, Role, UnsupportedStore, open_store
+    from hub.store import Role, StoreError, UnsupportedStore, open_store
 
     async def run() -> int:
-        store = open_store(args.db)
+        store = open_store(args.store or args.db)
         await store.open()
         try:
             if args.token_command == "create":
@@ -155,7 +176,7 @@ def token_command(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(run())
-    except (NewerDatabase, UnsupportedStore) as exc:
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
 
@@ -172,10 +193,10 @@ def notify_command(args: argparse.Namespace) -> int:
 
     from hub.notify import endpoints
     from hub.protocol import HubError
-    from hub.store import NewerDatabase, UnsupportedStore, open_store
+    from hub.store import StoreError, UnsupportedStore, open_store
 
     async def run() -> int:
-        store = open_store(args.db)
+        store = open_store(args.store or args.db)
         await store.open()
         try:
             if args.notify_command == "add":
@@ -211,7 +232,7 @@ def notify_command(args: argparse.Namespace) -> int:
     except HubError as exc:
         print(f"a2h notify: {exc}", file=sys.stderr)
         return 2
-    except (NewerDatabase, UnsupportedStore) as exc:
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
 
@@ -273,6 +294,33 @@ async def ask_command(args: argparse.Namespace) -> int:
     return codes.get(answer.status, EXIT_ERROR)
 
 
+# ---------------------------------------------------------------------------- mcp
+
+
+def mcp_command() -> int:
+    """``a2h mcp``: the MCP tools on stdio (hub/mcp_stdio.py)."""
+    from client_sdk import A2HError
+
+    token = _env("token")
+    if not token:
+        print("a2h mcp: set A2H_TOKEN (an agent token) and A2H_URL", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        from hub.mcp_stdio import serve_stdio
+    except ImportError as exc:
+        print(f"a2h mcp: {exc}; install the extra: pip install 'a2h-hub[mcp]'",
+              file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        asyncio.run(serve_stdio(_env("url", "http://127.0.0.1:8000") or "", token,
+                                progress_interval=Settings.from_env().mcp_progress_interval,
+                                to=_env("to")))
+    except A2HError as exc:
+        print(f"a2h mcp: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
 # ---------------------------------------------------------------------------- serve
 
 
@@ -290,7 +338,7 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
     from hub.store import open_store
 
     async def run() -> tuple[str, str] | None:
-        store = open_store(settings.db, synchronous=settings.sync)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync)
         await store.open()
         try:
             return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)
@@ -306,15 +354,20 @@ def serve(args: argparse.Namespace) -> int:
     from hub.logs import configure as configure_logging
     from hub.server import create_app
     from hub.server.connections import ConnectionGuard, protocols
-    from hub.store import NewerDatabase, UnsupportedStore
+    from hub.store import StoreError, UnsupportedStore
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
     try:
         first = bootstrap(settings)
-    except (NewerDatabase, UnsupportedStore) as exc:
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
+    if "://" in settings.store and not settings.bus:
+        # A shared store with no bus: other nodes' commits reach this node's sockets only
+        # through the periodic reconcile, and this node's never wake theirs.
+        print("a2h: no --bus given: this node serves alone (other nodes' pushes cannot "
+              "reach its sockets); run every node with --bus nats://HOST:PORT", flush=True)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -13,6 +13,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     db: str = "./a2h.db"
+    #: The store as a URL (``postgresql://USER@HOST:PORT/DB``, shared by several nodes);
+    #: empty: the SQLite file ``db``.
+    store: str = ""
     #: SQLite synchronous mode: "full" (durable against power loss) or "normal".
     sync: str = "full"
     #: Seconds a room may sit idle before it is dropped from memory (hibernation).
@@ -35,6 +38,8 @@ class Settings:
     alarm_sweep: float = 1.0
     #: Seconds between SSE keep-alive comments on a streaming chat completion.
     sse_keepalive: float = 15.0
+    #: Seconds between MCP progress notifications while a tool call waits for a person.
+    mcp_progress_interval: float = 15.0
     #: Seconds a browser session lasts.
     session_ttl: float = 7 * 24 * 3600.0
     #: WebSocket ping interval, seconds (0 disables).

@@ -116,7 +116,10 @@ def transition(req: Request, status: Status) -> None:
 
 
 def payload_hash(ask: Ask, schema: Any = None, tools: Any = None) -> str:
-    """What makes two asks with one op_id "the same request" (wait is not part of it)."""
+    """What makes two asks with one op_id "the same request" (wait is not part of it).
+    ``schema`` given beside the ask stands for the ask's own (one schema either way)."""
+    if schema is None:
+        schema = ask.schema
     blob = orjson.dumps(
         [ask.conversation, ask.to, ask.kind.value, ask.question, ask.choices, ask.context,
          ask.default, ask.expires_in, schema, tools],
@@ -291,7 +294,10 @@ class RoomCore:
 
     def _ask(self, ev: AskReceived, now: float) -> Decision:
         ask = ev.ask
-        phash = payload_hash(ask, ev.schema, ev.tools)
+        # The schema arrives on the ask frame (WebSocket, HTTP) or beside it (chat
+        # completions' response_format): one schema either way, hashed as before.
+        schema = ev.schema if ev.schema is not None else ask.schema
+        phash = payload_hash(ask, schema, ev.tools)
         foreign = self._foreign.pop(ask.op_id, None)
         if foreign is not None:
             return _reply_error(Conflict("op_id already used with a different payload",
@@ -311,7 +317,7 @@ class RoomCore:
         req = Request(
             tenant=ev.tenant, op_id=ask.op_id, conversation=self.conversation, to=ask.to,
             sender=ev.sender, kind=ask.kind, question=ask.question, choices=ask.choices,
-            context=ask.context, default=ask.default, schema=ev.schema, tools=ev.tools,
+            context=ask.context, default=ask.default, schema=schema, tools=ev.tools,
             payload_hash=phash, status=Status.PENDING, value=None, actor=None,
             created_at=now, deadline=deadline, fixed_deadline=fixed,
         )

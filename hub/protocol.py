@@ -1,4 +1,4 @@
-"""The wire vocabulary shared by the hub, the SDK and (through web/js/protocol.js) the inbox.
+"""The wire vocabulary shared by the hub, the SDK and (through hub/web/js/protocol.js) the inbox.
 
 Standard library and orjson only: ``client_sdk`` imports this module.
 
@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, NewType, Union
 
 import orjson
+
+from hub.schema import SchemaError, check_schema
 
 PROTOCOL_VERSION = 1
 
@@ -301,6 +303,8 @@ class Ask:
     default: Any = None
     wait: float = MAX_WAIT_SECONDS
     expires_in: float | None = None
+    #: a JSON schema (hub/schema.py subset) the answer must match; the inbox renders a form
+    schema: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +478,12 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
         raise Invalid("field 'kind' must be 'question' or 'approval'") from None
     wait = _wait(obj, MAX_WAIT_SECONDS)
     expires_in = _expires_in(obj)
+    schema = obj.get("schema")
+    if schema is not None:
+        try:
+            check_schema(schema)
+        except SchemaError as exc:
+            raise Invalid(f"field 'schema': {exc}", param="schema") from None
     return Ask(
         id=fid,
         op_id=OpId(_name(obj, "op_id")),
@@ -486,6 +496,7 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
         default=obj.get("default"),
         wait=wait,
         expires_in=expires_in,
+        schema=schema,
     )
 
 

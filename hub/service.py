@@ -333,6 +333,8 @@ class HubService:
             NotFound: no such human in the caller's tenant.
             LimitExceeded: a size or count limit (its code says which).
         """
+        if schema is None:
+            schema = ask.schema  # a form sent in the ask frame itself
         size = await self.check_ask(who, ask, schema, tools)
         tenant = who.tenant
 

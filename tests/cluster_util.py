@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import secrets
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +122,58 @@ class Cluster:
         for node in self.nodes:
             node.stop()
 
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the test's own (initdb in a temporary directory, run as the
+    ``postgres`` user), so a test may restart it without touching the machine's server."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="a2h-pg-"))
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["runuser", "-u", "postgres", "--", *cmd], capture_output=True,
+                              text=True, timeout=120, check=check)
+
+    def init(self) -> PrivatePostgres:
+        shutil.chown(self.dir, "postgres", "postgres")
+        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.dir / "data"), "-A", "trust",
+                          "-U", "postgres", "--no-sync")
+        return self
+
+    def start(self) -> PrivatePostgres:
+        rng = random.Random()
+        for _ in range(20):  # a port nobody uses: PostgreSQL cannot pick one itself
+            port = self.port or rng.randrange(20000, 60000)
+            out = self._as_postgres(
+                str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-w", "-t", "60",
+                "-l", str(self.dir / "log"), "-o",
+                f"-p {port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off",
+                "start", check=False)
+            if out.returncode == 0:
+                self.port = port
+                return self
+            if self.port:
+                break
+        raise RuntimeError("private postgres did not start:\n" + out.stdout + out.stderr
+                           + (self.dir / "log").read_text())
+
+    def stop(self) -> None:
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-w",
+                          "-m", "fast", "stop", check=False)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

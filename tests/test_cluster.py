@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from cluster_util import Cluster, NatsServer, pg_schema, psql
+from cluster_util import Cluster, NatsServer, PrivatePostgres, pg_schema, psql
 from e2e_util import UNIT, a2h, until
 from websockets.asyncio.client import connect
 
-from client_sdk import AlreadyResolved, Hub
+from client_sdk import AlreadyResolved, Hub, RetryableError, RunNotActive
 
 pytestmark = pytest.mark.e2e
 
@@ -260,3 +260,117 @@ async def test_bus_restart_under_load(tmp_path: Path, store: str, nats: NatsServ
             assert health["ok"] is True
     assert {r[1] for r in rows(store)} == {"answered"}
 
+
+
+async def test_runs_resume_on_another_node_and_stay_fenced(tmp_path: Path, store: str,
+                                                           nats: NatsServer) -> None:
+    """A run started through node A is taken over through node B (fencing: A's execution is
+    refused from then on); A dies; the run, resumed through B, completes without repeating
+    a journaled call."""
+    with Cluster(tmp_path, store, nats.url, 2) as c:
+        agent = c.token(agent="bot")
+        c.token(human="me")
+        a_url, b_url = c.urls
+        called: list[str] = []
+
+        async def step(name: str) -> str:
+            called.append(name)
+            return name.upper()
+
+        async with Hub(a_url, agent) as on_a, Hub(b_url, agent) as on_b:
+            async with on_a.run("moving", conversation="runs", version="1") as first:
+                assert await first.call(step, "one") == "ONE"
+                # A second execution takes the run over through node B...
+                async with on_b.run("moving", conversation="runs", version="1") as second:
+                    assert await second.call(step, "one") == "ONE"  # replayed, not called
+                    # ...and the first one, through node A, is fenced off.
+                    with pytest.raises(RunNotActive):
+                        await first.call(step, "two")
+                    c.nodes[0].kill()
+                    assert await second.call(step, "two") == "TWO"
+        async with Hub(b_url, agent) as again:
+            async with again.run("moving", conversation="runs", version="1") as third:
+                assert await third.call(step, "one") == "ONE"
+                assert await third.call(step, "two") == "TWO"
+            runs = await again.runs()
+    assert called == ["one", "two"]  # every journaled call ran exactly once
+    assert [r.status for r in runs if r.run_id == "moving"] == ["completed"]
+
+
+async def test_browser_inbox_on_node_b_for_a_request_asked_on_node_a(
+        tmp_path: Path, store: str, nats: NatsServer) -> None:
+    from playwright.async_api import async_playwright
+
+    with Cluster(tmp_path, store, nats.url, 2) as c:
+        agent = c.token(agent="bot")
+        human = c.token(human="me")
+        a_url, b_url = c.urls
+        async with async_playwright() as pw, Hub(a_url, agent) as ag:
+            browser = await pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"])
+            try:
+                page = await browser.new_page()
+                await page.goto(f"{b_url}/#token={human}")
+                await page.wait_for_selector("#whoami", state="attached")
+                task = asyncio.create_task(ag.ask("me", "Asked on node A?", conversation="br",
+                                                  op_id="browser-1", choices=["yes", "no"],
+                                                  wait=60))
+                await page.get_by_text("Asked on node A?").first.wait_for(timeout=10_000)
+                await page.get_by_role("button", name="yes", exact=True).first.click()
+                answer = await asyncio.wait_for(task, 20 * UNIT)
+                assert (answer.value, answer.actor) == ("yes", "human:me")
+            finally:
+                await browser.close()
+
+
+async def test_postgres_restart_under_load(tmp_path: Path, nats: NatsServer) -> None:
+    """The database restarts while agents ask and a person answers: the nodes answer
+    retryable errors meanwhile, recover by themselves, and lose nothing."""
+    pg = PrivatePostgres().init().start()
+    try:
+        with Cluster(tmp_path, pg.url, nats.url, 2) as c:
+            agent = c.token(agent="bot")
+            human = c.token(human="me")
+            a_url, b_url = c.urls
+            done = asyncio.Event()
+
+            async def person() -> None:
+                async with Hub([b_url, a_url], human, max_backoff=0.3) as h:
+                    while not done.is_set():
+                        try:
+                            for item in await asyncio.wait_for(h.inbox(), 5):
+                                await h.respond(item.op_id, item.question.split()[-1][:-1])
+                        except Exception:  # the database is restarting: try again shortly
+                            pass
+                        await asyncio.sleep(0.02)
+
+            async def asker(k: int) -> list[tuple[str, object]]:
+                out = []
+                async with Hub([a_url, b_url], agent, max_backoff=0.3) as hub:
+                    for j in range(8):
+                        op = f"pg{k}-{j}"
+                        while True:
+                            try:
+                                ans = await hub.ask("me", f"value {op}?", conversation=f"p{k}",
+                                                    op_id=op, wait=60)
+                                break
+                            except RetryableError:  # unavailable while it restarts
+                                await asyncio.sleep(0.1)
+                        out.append((op, ans.value))
+                return out
+
+            answering = asyncio.create_task(person())
+            work = asyncio.gather(*(asker(k) for k in range(4)))
+            await asyncio.sleep(0.5 * UNIT)
+            pg.restart()
+            results = await asyncio.wait_for(work, 120 * UNIT)
+            done.set()
+            await answering
+        flat = [r for rs in results for r in rs]
+        assert len(flat) == 32 and all(value == op for op, value in flat)
+        out = psql("SELECT count(*), count(*) FILTER (WHERE status = 'answered') "
+                   "FROM requests", pg.url)
+        assert out.strip() == "32|32"
+    finally:
+        pg.destroy()

@@ -543,7 +543,11 @@ async def test_metrics_need_an_admin_token_by_default(tmp_path: Path) -> None:
         assert r.status_code == 200 and "a2h_rooms_live" in r.text
         assert r.headers["content-type"].startswith("text/plain")
         health = await e.call("GET", "/healthz")
-        assert health.status_code == 200 and health.json() == {"ok": True}
+        body = health.json()
+        assert health.status_code == 200 and body["ok"] is True
+        assert body["store"]["ok"] is True and body["store"]["seconds"] >= 0
+        assert body["bus"] == {"ok": True, "kind": "local", "seconds": 0.0}
+        assert "a2h_store_ping_seconds" in r.text and "a2h_bus_up 1" in r.text
 
 
 async def test_metrics_public_setting_opens_them(tmp_path: Path) -> None:

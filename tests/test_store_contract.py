@@ -1,20 +1,23 @@
 """The store contract: every backend passes this suite, requests, tokens and the journal.
 
-Adding a backend is adding one entry to BACKENDS (the target ``open_store`` takes): the one
-fixture below runs every test over every backend. Backend-specific behaviour (files,
-pragmas, crash points) is tested beside the backend, e.g. tests/test_store_sqlite.py.
+Adding a backend is adding one entry to BACKENDS (a context that yields the target
+``open_store`` takes, and cleans up after the test): the one fixture below runs every test
+over every backend. Backend-specific behaviour (files, pragmas, crash points, several
+nodes) is tested beside the backend, e.g. tests/test_store_sqlite.py and
+tests/test_store_postgres.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
+from pg_util import pg_schema
 
 from hub.core import AskReceived, Extend, Insert, Request, Resolve, RoomCore
 from hub.journal import (
@@ -32,9 +35,23 @@ from hub.protocol import Ask, Conversation, Invalid, NotFound, OpId, Outcome, Ru
 from hub.store import Role, Store, open_store
 from hub.store.base import Endpoint
 
-#: backend name -> the target open_store takes, given the test's temporary directory.
-BACKENDS: dict[str, Callable[[Path], str]] = {
-    "sqlite": lambda tmp: str(tmp / "contract.db"),
+
+@contextlib.contextmanager
+def sqlite_file(tmp: Path) -> Iterator[str]:
+    yield str(tmp / "contract.db")
+
+
+@contextlib.contextmanager
+def postgresql_schema(tmp: Path) -> Iterator[str]:
+    with pg_schema() as url:  # a fresh schema per test, dropped after it
+        yield url
+
+
+#: backend name -> a context yielding the target open_store takes (given the test's
+#: temporary directory), for the duration of one test.
+BACKENDS: dict[str, Callable[[Path], contextlib.AbstractContextManager[str]]] = {
+    "sqlite": sqlite_file,
+    "postgresql": postgresql_schema,
 }
 
 SECRET = "00" * 16
@@ -42,9 +59,9 @@ MAX = 10_000
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    target = BACKENDS[request.param](tmp_path)
-    return lambda: open_store(target)
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    with BACKENDS[request.param](tmp_path) as target:
+        yield lambda: open_store(target)
 
 
 @contextlib.asynccontextmanager

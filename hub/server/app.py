@@ -16,14 +16,16 @@ import hub.server.openai_compat as openai_compat
 import hub.server.ops as ops
 import hub.server.push as push
 import hub.server.session as session
+from hub.bus import open_bus
 from hub.clock import Clock
 from hub.config import Settings
+from hub.server.mcp import mcp_endpoint
 from hub.server.runs_api import frame_handlers as run_frame_handlers
 from hub.server.ws import websocket_endpoint
 from hub.service import HubService
 from hub.store import Store, open_store
 
-WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
@@ -63,12 +65,13 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                clock: Clock | None = None, web_dir: Path | None = None) -> Starlette:
     settings = settings or Settings()
     if store is None:
-        store = open_store(settings.db, synchronous=settings.sync)
-    hub = HubService(settings, store, clock)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync)
+    hub = HubService(settings, store, clock, open_bus(settings.bus, drop=settings.bus_drop))
+    mcp = mcp_endpoint(hub)  # None without the mcp extra
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with hub:
+        async with hub, (mcp.running() if mcp else contextlib.nullcontext()):
             yield
 
     routes = [
@@ -82,6 +85,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     routes += admin.routes()
     routes += push.routes()
     routes += extra_routes()
+    if mcp is not None:
+        routes.append(mcp.route())
     directory = web_dir or WEB_DIR
     if directory.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=str(directory), html=True)))

@@ -1,11 +1,17 @@
 """Operations endpoints: /healthz proves the store answers; /metrics in Prometheus text.
 
-``/healthz`` is public. ``/metrics`` shows counts across every tenant, so it needs an admin
+``/healthz`` is public: ``{"ok", "store": {"ok", "seconds"}, "bus": {"ok", "kind",
+"seconds"}}``, HTTP 200 while the store answers (a load balancer's health check). A bus
+that is down is reported but does not fail the check: without it pushes between nodes wait
+for the reconcile loop, and nothing is lost. ``/metrics`` shows counts across every tenant, so it needs an admin
 bearer token (Prometheus: ``authorization: {credentials: <token>}`` in the scrape config),
 unless the hub runs with ``--metrics-public`` (``A2H_METRICS_PUBLIC=1``).
 """
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -16,13 +22,29 @@ from hub.service import HubService
 from hub.store import Role
 
 
+async def probe(hub: HubService) -> dict[str, Any]:
+    """The store and the bus, each with whether it answered and how long it took."""
+    out: dict[str, Any] = {}
+    t = time.perf_counter()
+    try:
+        store_ok = await hub.store.ping()
+        out["store"] = {"ok": store_ok, "seconds": round(time.perf_counter() - t, 6)}
+    except Exception as exc:
+        out["store"] = {"ok": False, "error": str(exc)}
+    bus_kind = hub.bus.statistics().get("kind", "local")
+    try:
+        out["bus"] = {"ok": True, "kind": bus_kind,
+                      "seconds": round(await hub.bus.ping(), 6)}
+    except Exception as exc:
+        out["bus"] = {"ok": False, "kind": bus_kind, "error": str(exc)}
+    out["ok"] = bool(out["store"]["ok"])
+    return out
+
+
 async def healthz(request: Request) -> JSONResponse:
     hub: HubService = request.app.state.hub
-    try:
-        ok = await hub.store.ping()
-    except Exception as exc:
-        return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
-    return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
+    health = await probe(hub)
+    return JSONResponse(health, status_code=200 if health["ok"] else 503)
 
 
 @endpoint
@@ -58,6 +80,16 @@ async def metrics(request: Request) -> Response:
     gauge("a2h_store_commit_items_total", s["items"], "Items committed.")
     gauge("a2h_store_commit_batch_max", s["max_batch"], "Largest group-commit batch.")
     gauge("a2h_gateway_resyncs_total", g["resyncs"], "Sockets closed for falling behind.")
+    health = await probe(hub)
+    for part in ("store", "bus"):
+        gauge(f"a2h_{part}_up", int(health[part]["ok"]), f"1 if the {part} answered.")
+        if "seconds" in health[part]:
+            gauge(f"a2h_{part}_ping_seconds", health[part]["seconds"],
+                  f"Round trip to the {part}, seconds.")
+    b = st["bus"]
+    for key in ("sent", "received", "dropped", "errors"):
+        if key in b:
+            gauge(f"a2h_bus_{key}_total", b[key], f"Bus wake-ups {key}.")
     for status, n in (await hub.store.counts()).items():
         gauge("a2h_requests", n, "Requests in the store by state.", f'{{state="{status}"}}')
     return PlainTextResponse("\n".join(lines) + "\n",

@@ -1,8 +1,10 @@
 """The store: one interface (``hub.store.base``), backends beside it, one factory.
 
 ``open_store(target)`` picks the backend from the target: a file path is SQLite (the
-embedded default); a ``postgresql://`` URL is reserved for the PostgreSQL backend. The
-backend module is imported only when chosen, so nothing outside ``hub/store/`` imports one.
+embedded default); a ``postgresql://`` (or ``postgres://``) URL is PostgreSQL, shared by
+several hub nodes (needs the ``postgres`` extra: asyncpg). The backend module is imported
+only when chosen, so nothing outside ``hub/store/`` imports one, and asyncpg is needed only
+by those who use it.
 The returned store is not open yet: ``await store.open()`` (``HubService`` does).
 """
 
@@ -27,22 +29,29 @@ __all__ = ["Due", "NewerDatabase", "Principal", "Role", "RunSummary", "Store", "
            "TokenInfo", "UnsupportedStore", "hash_token", "new_token", "open_store",
            "token_hash_of"]
 
-_PLANNED = {"postgresql", "postgres"}
+_POSTGRES = {"postgresql", "postgres"}
 
 
 def open_store(target: str, *, synchronous: str = "full") -> Store:
     """The store for ``target``: a file path (SQLite) or a URL whose scheme names a backend.
 
     ``synchronous`` is SQLite's durability mode (``full`` survives power loss, ``normal``
-    survives kill -9). Raises :class:`UnsupportedStore` for a scheme this build lacks.
+    survives kill -9); PostgreSQL's durability is the server's configuration. Raises
+    :class:`UnsupportedStore` for a scheme this build lacks (or PostgreSQL without asyncpg);
+    its message never shows a password.
     """
     scheme, sep, _ = target.partition("://")
     if not sep:
         from hub.store.sqlite import SQLiteStore
 
         return SQLiteStore(target, synchronous=synchronous)
-    if scheme.lower() in _PLANNED:
-        raise UnsupportedStore(
-            f"the PostgreSQL store is not part of this build yet: give a SQLite file path "
-            f"instead of {scheme}://...")
-    raise UnsupportedStore(f"unknown store {scheme}://...: give a SQLite file path")
+    if scheme.lower() in _POSTGRES:
+        try:
+            from hub.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise UnsupportedStore(
+                f"the PostgreSQL store needs asyncpg ({exc}): pip install 'a2h-hub[postgres]'"
+            ) from None
+        return PostgresStore(target)
+    raise UnsupportedStore(f"unknown store {scheme}://...: give a SQLite file path or a "
+                           "postgresql:// URL")

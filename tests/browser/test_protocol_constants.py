@@ -1,4 +1,4 @@
-"""web/js/protocol.js mirrors hub/protocol.py: the same frame types, codes and statuses.
+"""hub/web/js/protocol.js mirrors hub/protocol.py: the same frame types, codes and statuses.
 
 No browser needed: the JavaScript file is read with regular expressions. It keeps the shape
 ``export const NAME = Object.freeze({ KEY: value, ... });`` with one entry per line.
@@ -14,7 +14,7 @@ import pytest
 
 from hub import protocol
 
-PROTOCOL_JS = Path(__file__).resolve().parents[2] / "web" / "js" / "protocol.js"
+PROTOCOL_JS = Path(__file__).resolve().parents[2] / "hub" / "web" / "js" / "protocol.js"
 
 _BLOCK = re.compile(r"^export const (\w+) = Object\.freeze\(\{(.*?)\}\);", re.DOTALL | re.MULTILINE)
 _ENTRY = re.compile(r'^\s*([A-Z][A-Z0-9_]*):\s*("(?:[^"\\]|\\.)*"|-?\d+),?\s*(?://.*)?$')

@@ -1,7 +1,7 @@
-// node --test: web/js/connection.js against a fake WebSocket and a fake clock.
+// node --test: hub/web/js/connection.js against a fake WebSocket and a fake clock.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Connection, State, backoffDelay, HubRequestError, CONNECTION_LOST } from "../../../web/js/connection.js";
+import { Connection, State, backoffDelay, HubRequestError, CONNECTION_LOST } from "../../../hub/web/js/connection.js";
 
 class FakeClock {
   constructor() {

@@ -1,11 +1,11 @@
-// node --test: web/js/history.js, format.js and status.js.
+// node --test: hub/web/js/history.js, format.js and status.js.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock, FakeConn, installDocument, hubError } from "./inbox_env.mjs";
-import { HISTORY_LIMIT, HistoryView, historyEntry } from "../../../web/js/history.js";
-import { clip, formatAnswer, formatDuration, formatRemaining, formatValue, isoTime } from "../../../web/js/format.js";
-import { connText, retryText } from "../../../web/js/status.js";
-import { State } from "../../../web/js/connection.js";
+import { HISTORY_LIMIT, HistoryView, historyEntry } from "../../../hub/web/js/history.js";
+import { clip, formatAnswer, formatDuration, formatRemaining, formatValue, isoTime } from "../../../hub/web/js/format.js";
+import { connText, retryText } from "../../../hub/web/js/status.js";
+import { State } from "../../../hub/web/js/connection.js";
 
 const done = (opId, extra = {}) => ({
   op_id: opId, status: "answered", from: "agent:ci", conversation: "c", question: `Q ${opId}`,

@@ -1,7 +1,7 @@
 // Shared set-up for the node tests of the inbox modules: a fake document installed as the
 // global one (dom.js builds with it), a fake clock, and a fake Connection.
 import { FakeDocument } from "./fake_dom.mjs";
-import { State } from "../../../web/js/connection.js";
+import { State } from "../../../hub/web/js/connection.js";
 
 export function installDocument() {
   const doc = new FakeDocument();

@@ -1,8 +1,8 @@
-// node --test: web/js/item.js — one request's article and its answer forms.
+// node --test: hub/web/js/item.js — one request's article and its answer forms.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { installDocument, pending } from "./inbox_env.mjs";
-import { brokenItem, buildItem, itemLabel, renderContext, setControlsDisabled, setVerdict } from "../../../web/js/item.js";
+import { brokenItem, buildItem, itemLabel, renderContext, setControlsDisabled, setVerdict } from "../../../hub/web/js/item.js";
 import { findAll, serialize } from "./fake_dom.mjs";
 
 function build(req) {

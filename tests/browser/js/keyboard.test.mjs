@@ -1,9 +1,9 @@
-// node --test: web/js/keyboard.js — what each key does, and where.
+// node --test: hub/web/js/keyboard.js — what each key does, and where.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock, FakeConn, installDocument, pending } from "./inbox_env.mjs";
-import { isTextField, keyAction, keyboardHandler } from "../../../web/js/keyboard.js";
-import { InboxList } from "../../../web/js/list.js";
+import { isTextField, keyAction, keyboardHandler } from "../../../hub/web/js/keyboard.js";
+import { InboxList } from "../../../hub/web/js/list.js";
 import { fakeEvent } from "./fake_dom.mjs";
 
 test("keyAction maps keys to actions, and letters are text inside text fields", () => {

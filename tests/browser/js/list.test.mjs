@@ -1,4 +1,4 @@
-// node --test: web/js/list.js — the inbox list's order, live updates, verdicts, and that one
+// node --test: hub/web/js/list.js — the inbox list's order, live updates, verdicts, and that one
 // request that cannot be rendered never hides the others (issue 15, defect 2).
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -6,8 +6,8 @@ import { FakeClock, FakeConn, hubError, installDocument, pending, settle } from 
 import {
   BRIEF_MS, InboxList, Tombstones, acceptedText, alreadyResolvedText, compareRequests, countdownText,
   describeResolution, pageTitle,
-} from "../../../web/js/list.js";
-import { CONNECTION_LOST } from "../../../web/js/connection.js";
+} from "../../../hub/web/js/list.js";
+import { CONNECTION_LOST } from "../../../hub/web/js/connection.js";
 
 function setup({ reply, me = { tenant: "t", handle: "ann", role: "human" } } = {}) {
   const doc = installDocument();

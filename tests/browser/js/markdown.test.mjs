@@ -1,7 +1,7 @@
-// node --test: the safe Markdown renderer (web/js/markdown.js), no browser needed.
+// node --test: the safe Markdown renderer (hub/web/js/markdown.js), no browser needed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { parse, render, safeHref, toPlainText } from "../../../web/js/markdown.js";
+import { parse, render, safeHref, toPlainText } from "../../../hub/web/js/markdown.js";
 import { FakeDocument, serialize, findAll } from "./fake_dom.mjs";
 
 const html = (src) => serialize(render(src, new FakeDocument()));

@@ -1,9 +1,9 @@
-// node --test: web/js/markdown.js renders any allowed question in linear time (issue 15,
+// node --test: hub/web/js/markdown.js renders any allowed question in linear time (issue 15,
 // defect 8: 64 KB of "**a " took 19 s), and renders it exactly as before.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { isDeepStrictEqual } from "node:util";
-import { parse, render, safeHref } from "../../../web/js/markdown.js";
+import { parse, render, safeHref } from "../../../hub/web/js/markdown.js";
 import { parse as referenceParse } from "./markdown_reference.mjs";
 import { FakeDocument, findAll } from "./fake_dom.mjs";
 

@@ -1,4 +1,4 @@
-// TEST ORACLE ONLY, never served: web/js/markdown.js as it was before it was made linear
+// TEST ORACLE ONLY, never served: hub/web/js/markdown.js as it was before it was made linear
 // (issue 15, defect 8). markdown_linear.test.mjs checks that the linear renderer builds the
 // same tree as this one on many short random inputs, where this one's quadratic look-aheads
 // cost nothing. If markdown.js changes what it renders on purpose, change this copy with it.

@@ -1,7 +1,7 @@
-// node --test: web/js/notifications.js with a fake Notification API.
+// node --test: hub/web/js/notifications.js with a fake Notification API.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { notificationFor, notify, permissionDecided } from "../../../web/js/notifications.js";
+import { notificationFor, notify, permissionDecided } from "../../../hub/web/js/notifications.js";
 import { pending } from "./inbox_env.mjs";
 
 function fakeApi(permission) {

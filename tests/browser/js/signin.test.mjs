@@ -1,10 +1,10 @@
-// node --test: web/js/signin.js — tokens from links, the session calls, and when a link
+// node --test: hub/web/js/signin.js — tokens from links, the session calls, and when a link
 // must ask before it switches accounts (issue 15, defect 10).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   accountName, endSession, fetchMe, linkDecision, postSession, sameAccount, sessionError, switchQuestion, tokenFromHash,
-} from "../../../web/js/signin.js";
+} from "../../../hub/web/js/signin.js";
 
 /** A fetch that records its calls and answers with `status` and `body` (or throws: unreachable). */
 function fakeFetch(status, body = {}) {

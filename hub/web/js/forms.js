@@ -17,6 +17,36 @@ export function unwrapSchema(schema) {
   return s && typeof s === "object" ? s : {};
 }
 
+const ANNOTATIONS = ["title", "description", "default", "format"];
+
+/**
+ * Make a property renderable: follow a local `$ref` (`#/$defs/X`, `#/definitions/X`) and
+ * unwrap the one-branch shapes pydantic emits (`anyOf: [X, {type: "null"}]` for an optional
+ * field, `allOf: [X]`), keeping the outer title, description and default.
+ */
+export function resolveProp(prop, root, depth = 0) {
+  if (!prop || typeof prop !== "object" || depth > 8) return prop || {};
+  let inner = null;
+  if (typeof prop.$ref === "string") {
+    const m = /^#\/(\$defs|definitions)\/(.+)$/.exec(prop.$ref);
+    const defs = m && root && typeof root[m[1]] === "object" ? root[m[1]] : null;
+    inner = defs && defs[m[2]] && typeof defs[m[2]] === "object" ? defs[m[2]] : null;
+  } else {
+    const list = Array.isArray(prop.anyOf) ? prop.anyOf : Array.isArray(prop.allOf) ? prop.allOf : null;
+    const branches = list ? list.filter((b) => !(b && b.type === "null")) : [];
+    if (list && branches.length === 1) inner = branches[0];
+  }
+  if (!inner) {
+    if (prop.items && typeof prop.items === "object") return { ...prop, items: resolveProp(prop.items, root, depth + 1) };
+    return prop;
+  }
+  const out = { ...resolveProp(inner, root, depth + 1) };
+  if (typeof prop.$ref === "string") delete out.title; // a definition's title names a class, not this field
+  for (const k of ANNOTATIONS) if (prop[k] !== undefined && prop[k] !== null) out[k] = prop[k];
+  if (prop.default === null && out.default === undefined) delete out.default;
+  return out;
+}
+
 function mainType(prop) {
   let t = prop.type;
   if (Array.isArray(t)) t = t.find((x) => x !== "null") || "string";
@@ -32,7 +62,8 @@ function jsonText(v) {
  * @returns {{element: HTMLElement, read: () => ({ok: true, value: any} | {ok: false, error: string, field?: HTMLElement}), focus: () => void}}
  */
 export function buildSchemaFields(rawSchema) {
-  const schema = unwrapSchema(rawSchema);
+  const root = unwrapSchema(rawSchema);
+  const schema = resolveProp(root, root);
   const wrap = h("div", { class: "schema-fields" });
   const isObject = mainType(schema) === "object" || (schema.properties && typeof schema.properties === "object");
   if (!isObject) {
@@ -45,7 +76,7 @@ export function buildSchemaFields(rawSchema) {
   const required = new Set(Array.isArray(schema.required) ? schema.required : []);
   const fields = [];
   for (const [name, prop] of Object.entries(props)) {
-    const f = buildField(name, prop && typeof prop === "object" ? prop : {}, required.has(name));
+    const f = buildField(name, resolveProp(prop && typeof prop === "object" ? prop : {}, root), required.has(name));
     fields.push({ name, ...f });
     wrap.append(f.element);
   }

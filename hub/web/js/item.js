@@ -9,6 +9,7 @@ import { render as renderMarkdown, toPlainText } from "./markdown.js";
 import { h, uid } from "./dom.js";
 import { buildSchemaFields, normalizeTools } from "./forms.js";
 import { clip, formatValue } from "./format.js";
+import { buildHitlControls, hitlOf, renderAction } from "./hitl.js";
 
 /**
  * An Item is one request on screen:
@@ -58,7 +59,8 @@ export function buildItem(req, onAnswer) {
   question.append(renderMarkdown(req.question));
   el.append(meta, question);
 
-  const ctx = renderContext(req.context);
+  const hitl = hitlOf(req);
+  const ctx = hitl ? renderAction(hitl) : renderContext(req.context);
   if (ctx) el.append(ctx);
   if (req.default !== null && req.default !== undefined) {
     el.append(h("p", { class: "default-note" }, `If nobody answers in time: ${formatValue(req.default)}`));
@@ -159,6 +161,12 @@ function buildControls(item, onAnswer) {
       h("div", { class: "field" }, h("label", { for: cid }, "Comment (optional)"), comment),
       h("div", { class: "row" }, item.approveBtn, item.rejectBtn),
     );
+    return box;
+  }
+  const hitl = hitlOf(req);
+  if (hitl) {
+    // A framework's review (LangGraph, LangChain): only the decisions its config allows.
+    box.append(buildHitlControls(item, hitl, onAnswer));
     return box;
   }
   const tools = normalizeTools(req.tools);
