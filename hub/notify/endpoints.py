@@ -15,7 +15,7 @@ import orjson
 from hub.notify import webhooks
 from hub.notify.events import Channel, new_endpoint_id
 from hub.protocol import Invalid, check_name
-from hub.store.base import Endpoint
+from hub.store import Endpoint
 
 #: Longest URL of an endpoint (push services' URLs run to ~500 characters).
 MAX_URL = 2000

@@ -44,8 +44,7 @@ from hub.faults import crash_point
 from hub.notify import ntfy, webhooks
 from hub.notify.events import Channel, DeliveryOutcome, iso
 from hub.notify.http import AiohttpTransport, Response, Transport
-from hub.store import Store
-from hub.store.base import Delivery, Endpoint
+from hub.store import Delivery, Endpoint, Store
 
 if TYPE_CHECKING:  # cryptography and pywebpush come with the notify extra: imported lazily
     from hub.notify.webpush import VapidKey
