@@ -29,7 +29,9 @@ self.addEventListener("fetch", (event) => {
   const req = event.request;
   if (req.method !== "GET" || new URL(req.url).origin !== self.location.origin) return;
   if (req.mode === "navigate") {
-    event.respondWith(fetch(req).catch(async () => (await caches.match("/offline.html")) || Response.error()));
+    // Never from the HTTP cache: a page that loads without the hub could only fail.
+    const live = fetch(req.url, { cache: "no-store", credentials: "same-origin" });
+    event.respondWith(live.catch(async () => (await caches.match("/offline.html")) || Response.error()));
     return;
   }
   if (SHELL_FILES.includes(new URL(req.url).pathname)) {
