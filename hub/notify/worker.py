@@ -43,7 +43,7 @@ from hub.config import Settings
 from hub.faults import crash_point
 from hub.notify import ntfy, webhooks
 from hub.notify.events import Channel, DeliveryOutcome, iso
-from hub.notify.http import AiohttpTransport, Response, Transport
+from hub.notify.http import MISSING, AiohttpTransport, Response, Transport
 from hub.store import Delivery, Endpoint, Store
 
 if TYPE_CHECKING:  # cryptography and pywebpush come with the notify extra: imported lazily
@@ -182,10 +182,13 @@ class Notifier:
             async with self._sem:
                 crash_point("notify.before_send")
                 endpoint = rows[0].endpoint
-                if endpoint.channel is Channel.PUSH:
-                    await self._push(endpoint, rows)
-                else:
-                    await self._post_one(rows[0])
+                try:
+                    if endpoint.channel is Channel.PUSH:
+                        await self._push(endpoint, rows)
+                    else:
+                        await self._post_one(rows[0])
+                except ImportError:  # Web Push without the notify extra: say so, retry later
+                    await self._settle(rows, Response(None, MISSING))
         finally:
             for d in rows:
                 self._inflight.discard((d.msg_id, d.endpoint.id))
