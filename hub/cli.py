@@ -84,6 +84,32 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--store", default=_env("store", ""),
                         help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
 
+    notify = sub.add_parser("notify", help="webhooks and ntfy topics (docs/notifications.md)")
+    nsub = notify.add_subparsers(dest="notify_command", required=True)
+    nadd = nsub.add_parser("add", help="add an endpoint; a webhook's signing secret is "
+                                       "printed alone on stdout, once")
+    nadd.add_argument("--db", default=_env("db", "./a2h.db"))
+    nadd.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
+    nadd.add_argument("--tenant", default="default")
+    nadd.add_argument("--human", metavar="HANDLE", default=None,
+                      help="only this person's requests (default: everyone in the tenant)")
+    where = nadd.add_mutually_exclusive_group(required=True)
+    where.add_argument("--webhook", metavar="URL", help="a Standard Webhooks receiver")
+    where.add_argument("--ntfy", metavar="URL", help="an ntfy topic, e.g. https://ntfy.sh/T")
+    nadd.add_argument("--ntfy-token", default=None, help="access token of a protected topic")
+    nlist = nsub.add_parser("list", help="endpoints, their pending deliveries and errors")
+    nlist.add_argument("--db", default=_env("db", "./a2h.db"))
+    nlist.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
+    nlist.add_argument("--tenant", default=None, help="only this tenant (default: all)")
+    nlist.add_argument("--json", action="store_true", help="one JSON object per line")
+    nremove = nsub.add_parser("remove", help="remove an endpoint and its pending deliveries")
+    nremove.add_argument("id")
+    nremove.add_argument("--db", default=_env("db", "./a2h.db"))
+    nremove.add_argument("--store", default=_env("store", ""),
+                        help="postgresql://USER@HOST:PORT/DB instead of --db (env A2H_STORE)")
+
     ask = sub.add_parser("ask", help="ask a human and print the answer")
     ask.add_argument("question")
     ask.add_argument("--to", required=True)
@@ -110,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             return token_command(args)
         if args.command == "ask":
             return asyncio.run(ask_command(args))
+        if args.command == "notify":
+            return notify_command(args)
         if args.command == "mcp":
             return mcp_command()
     except KeyboardInterrupt:
@@ -151,6 +179,77 @@ def token_command(args: argparse.Namespace) -> int:
     except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
         print(f"a2h: {exc}", file=sys.stderr)
         return 2
+
+
+# ---------------------------------------------------------------------------- notify
+
+
+def notify_command(args: argparse.Namespace) -> int:
+    """Add, list or remove notification endpoints through the store, whether or not a hub
+    runs on it (a running hub sees them at its next look at the outbox)."""
+    import time
+
+    import orjson
+
+    from hub.notify import endpoints
+    from hub.protocol import HubError
+    from hub.store import StoreError, UnsupportedStore, open_store
+
+    async def run() -> int:
+        store = open_store(args.store or args.db)
+        await store.open()
+        try:
+            if args.notify_command == "add":
+                now = time.time()
+                if args.webhook:
+                    ep, secret = endpoints.webhook(args.tenant, args.human, args.webhook, now)
+                    await store.add_endpoint(ep)
+                    print(f"added webhook {ep.id}: sign-check with this secret (shown once)",
+                          file=sys.stderr)
+                    print(secret)
+                else:
+                    ep = endpoints.ntfy_topic(args.tenant, args.human, args.ntfy,
+                                              args.ntfy_token, now)
+                    await store.add_endpoint(ep)
+                    print(f"added ntfy topic {ep.id}", file=sys.stderr)
+                    print(ep.id)
+                return 0
+            if args.notify_command == "list":
+                for ep in await store.list_endpoints(args.tenant):
+                    if args.json:
+                        print(orjson.dumps(ep.view()).decode())
+                    else:
+                        print(describe_endpoint(ep.view()))
+                return 0
+            ok = await store.remove_endpoint(args.id)
+            print("removed" if ok else "no such endpoint", file=sys.stderr)
+            return 0 if ok else EXIT_ERROR
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(run())
+    except HubError as exc:
+        print(f"a2h notify: {exc}", file=sys.stderr)
+        return 2
+    except (StoreError, UnsupportedStore) as exc:  # incl. NewerDatabase, unreachable
+        print(f"a2h: {exc}", file=sys.stderr)
+        return 2
+
+
+def describe_endpoint(view: dict[str, Any]) -> str:
+    """One endpoint in one line (two when something is wrong): what an admin needs."""
+    who = f"{view['tenant']}/{view['human']}" if view["human"] else f"{view['tenant']}/*"
+    if view["disabled_at"] is not None:
+        state = "DISABLED"
+    elif view["failing_since"] is not None:
+        state = "failing"
+    else:
+        state = "ok"
+    line = (f"{view['id']}  {view['channel']:<7} {who:<24} {state:<8} "
+            f"pending={view['pending']}  {view['url']}")
+    why = view["disabled_reason"] or view["last_error"]
+    return line + (f"\n    {why}" if why else "")
 
 
 # ---------------------------------------------------------------------------- ask

@@ -78,6 +78,30 @@ class Settings:
     #: Tenant/human created on the first start of an empty store.
     bootstrap_tenant: str = "default"
     bootstrap_human: str = "me"
+    # -- notifications (hub/notify, docs/notifications.md)
+    #: The hub's address as people's browsers reach it (links in ntfy messages); empty:
+    #: ``http://HOST:PORT``.
+    public_url: str = ""
+    #: Notification sends in flight at once (webhooks, ntfy, pushes together).
+    notify_concurrency: int = 8
+    #: Seconds one send may take before it counts as failed.
+    notify_timeout: float = 10.0
+    #: Seconds before the first retry of a failed delivery; doubled each time ...
+    notify_backoff: float = 5.0
+    #: ... up to this many seconds between two tries.
+    notify_backoff_max: float = 3600.0
+    #: Seconds an endpoint may fail (every delivery) before it is disabled; also how long
+    #: one delivery is retried.
+    notify_disable_after: float = 24 * 3600.0
+    #: Seconds between two looks at the outbox when nothing wakes the sender.
+    notify_poll: float = 1.0
+    #: Shortest pause, seconds, between two looks at the outbox (under a flood of commits).
+    notify_min_interval: float = 0.05
+    #: Seconds after a push during which new requests for the same browser wait, to go out
+    #: together as one summary notification.
+    push_coalesce: float = 3.0
+    #: VAPID ``sub`` claim: a ``mailto:`` or ``https:`` contact for push services.
+    vapid_subject: str = "mailto:a2h-hub@localhost"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -15,6 +15,8 @@ point                       where
 ``store.mid_commit``        inside a group commit, other callers in the same batch
 ``journal.after_commit``    a journal step committed, before its reply
 ``startup.recovery``        during start-up, while overdue deadlines are being fired
+``notify.before_send``      a notification's delivery row committed and claimed, before
+                            it is sent (webhook, ntfy or push)
 ==========================  =========================================================
 """
 
@@ -25,7 +27,7 @@ import sys
 
 CRASH_EXIT = 137
 POINTS = ("room.after_commit", "room.after_push", "store.mid_commit", "journal.after_commit",
-          "startup.recovery")
+          "startup.recovery", "notify.before_send")
 
 
 def crash_point(name: str) -> None:

@@ -36,6 +36,7 @@ from hub.core import (
 )
 from hub.gateway import Gateway, inbox_tag, op_tag, token_tag
 from hub.memory import Reclaimer
+from hub.notify.worker import Notifier
 from hub.protocol import (
     Ask,
     CloseCode,
@@ -100,6 +101,8 @@ class HubService:
         # (tenant, op_id) -> when its resolution was last pushed from the store (reconcile).
         self._delivered: dict[tuple[str, str], float] = {}
         self.started_at = 0.0
+        # Webhooks, ntfy and Web Push: sends what the store's outbox holds, after commit.
+        self.notifier = Notifier(store, self.clock, settings, distributed=self.bus.distributed)
 
     # -- lifecycle
 
@@ -111,6 +114,7 @@ class HubService:
         self._alarm_task = loop.create_task(self.alarms.run(), name="a2h alarms")
         self._revoke_task = loop.create_task(self._watch_revocations(), name="a2h revocations")
         await self.bus.start(self._on_wake)
+        await self.notifier.start()
         if self.bus.distributed:
             self._reconcile_task = loop.create_task(self._reconcile(), name="a2h reconcile")
 
@@ -173,6 +177,7 @@ class HubService:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)  # their CancelledError stays theirs; ours propagates
+        await self.notifier.stop()
         await self.bus.close()
         await self.store.close()
 
@@ -260,6 +265,7 @@ class HubService:
 
     def _emit(self, eff: Effect, rid: str) -> None:
         if isinstance(eff, InboxAdded):
+            self.notifier.kick()  # the commit may have written deliveries (hub/notify)
             req = eff.request
             self._where[(req.tenant, req.op_id)] = (req.conversation, req.to)
             self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
@@ -268,6 +274,7 @@ class HubService:
             log.info("rid=%s op=%s room=%s:%s asked %s (%d inbox sockets)", rid, req.op_id,
                      req.tenant, req.conversation, req.to, n)
         elif isinstance(eff, Resolved):
+            self.notifier.kick()
             req = eff.request
             self.bus.publish(RequestResolved(req.tenant, req.op_id, req.to))
             self._where.pop((req.tenant, req.op_id), None)
@@ -588,6 +595,7 @@ class HubService:
             "alarms": self.alarms.statistics(),
             "store": self.store.statistics(),
             "bus": self.bus.statistics(),
+            "notify": self.notifier.statistics(),
             "routes": len(self._where),
         }
 

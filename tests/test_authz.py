@@ -21,6 +21,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from client_sdk import new_op_id
+from hub.notify import endpoints as notify_endpoints
 from hub.protocol import Ask, OpId
 from hub.store import Principal, Role
 
@@ -98,6 +99,23 @@ TABLE: list[tuple[str, str, str, str, str]] = [
     ("http", "POST /api/admin/tokens/revoke", "agent", "own", DENY),
     ("http", "GET /api/admin/humans", "admin", "own", ALLOW),
     ("http", "GET /api/admin/humans", "human", "own", DENY),
+    # -- notifications (docs/notifications.md)
+    ("http", "POST /api/admin/notify", "admin", "own", ALLOW),
+    ("http", "POST /api/admin/notify", "agent", "own", DENY),
+    ("http", "POST /api/admin/notify", "human", "own", DENY),
+    ("http", "GET /api/admin/notify", "admin", "own", ALLOW),
+    ("http", "GET /api/admin/notify", "human", "own", DENY),
+    ("http", "DELETE /api/admin/notify/{endpoint}", "admin", "own", ALLOW),
+    ("http", "DELETE /api/admin/notify/{endpoint}", "admin", "other_tenant", DENY),
+    ("http", "DELETE /api/admin/notify/{endpoint}", "agent", "own", DENY),
+    ("http", "GET /api/push/key", "human", "own", ALLOW),
+    ("http", "GET /api/push/key", "agent", "own", DENY),
+    ("http", "POST /api/push/subscriptions", "human", "own", ALLOW),
+    ("http", "POST /api/push/subscriptions", "agent", "own", DENY),
+    ("http", "POST /api/push/subscriptions", "admin", "own", DENY),
+    ("http", "DELETE /api/push/subscriptions", "human", "own", ALLOW),
+    ("http", "DELETE /api/push/subscriptions", "human", "other_human", DENY),
+    ("http", "DELETE /api/push/subscriptions", "agent", "own", DENY),
     ("http", "GET /api/me", "human", "own", ALLOW),
     ("http", "GET /api/me", "none", "own", DENY),
     # -- operations: /metrics counts across tenants (admin bearer token unless
@@ -115,6 +133,8 @@ class World:
     tokens: dict[str, str]
     ops: dict[str, str]  # target -> op_id of a fresh pending request
     victim_tokens: dict[str, str]  # target -> a token an admin might revoke
+    endpoints: dict[str, str]  # target -> a notification endpoint id
+    push: dict[str, str]  # target -> a push subscription's URL
 
 
 async def make_world(run: Running) -> World:
@@ -139,7 +159,17 @@ async def make_world(run: Running) -> World:
     victims = {"own": await store.create_token("default", Role.AGENT, "victim"),
                "other_tenant": await store.create_token("other", Role.AGENT, "victim")}
     assert other_agent
-    return World(run, tokens, ops, victims)
+    now = run.hub.clock.now()
+    endpoints, push = {}, {}
+    for target, tenant, human in (("own", "default", "me"), ("other_human", "default", "you"),
+                                  ("other_tenant", "other", "them")):
+        hook, _ = notify_endpoints.webhook(tenant, None, "http://127.0.0.1:9/hook", now)
+        endpoints[target] = (await store.add_endpoint(hook)).id
+        push[target] = f"https://push.example/{new_op_id()}"
+        await store.add_endpoint(notify_endpoints.push_subscription(
+            tenant, human, {"endpoint": push[target], "keys": {"p256dh": "BA", "auth": "AA"}},
+            now))
+    return World(run, tokens, ops, victims, endpoints, push)
 
 
 def frame_for(action: str, target: str, w: World) -> dict[str, Any]:
@@ -189,7 +219,7 @@ async def try_ws(action: str, role: str, target: str, w: World) -> str:
 async def try_http(action: str, role: str, target: str, w: World) -> str:
     method, path = action.split(" ", 1)
     op = w.ops.get(target, w.ops["own"])
-    path = path.replace("{op}", op)
+    path = path.replace("{op}", op).replace("{endpoint}", w.endpoints.get(target, ""))
     token = w.tokens.get(role)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     body: Any = None
@@ -205,6 +235,10 @@ async def try_http(action: str, role: str, target: str, w: World) -> str:
         body = {"role": "agent", "name": "new"}
     elif path == "/api/admin/tokens/revoke":
         body = {"token": w.victim_tokens[target]}
+    elif path == "/api/admin/notify" and method == "POST":
+        body = {"webhook": "http://127.0.0.1:9/new"}
+    elif path == "/api/push/subscriptions":
+        body = {"endpoint": w.push.get(target, ""), "keys": {"p256dh": "BA", "auth": "AA"}}
     async with httpx.AsyncClient(base_url=w.run.url, timeout=10) as http:
         r = await http.request(method, path, json=body, headers=headers)
     if r.status_code < 300 or (path == "/v1/chat/completions" and r.status_code == 408):
@@ -271,6 +305,6 @@ def test_table_covers_every_message_type_and_endpoint() -> None:
         if not methods or path in ("/healthz", "/openapi.json", "/api/session") \
                 or path.startswith("/v1/models/"):
             continue  # public, or the session exchange (tests/test_security.py)
-        path = path.replace("{op_id:str}", "{op}")
+        path = path.replace("{op_id:str}", "{op}").replace("{endpoint_id:str}", "{endpoint}")
         for m in methods - {"HEAD"}:
             assert f"{m} {path}" in http_actions, f"{m} {path} is missing from the table"

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from pg_util import pg_schema
 
@@ -29,8 +30,10 @@ from hub.journal import (
     RunEnded,
     RunStarted,
 )
+from hub.notify.events import Channel, DeliveryOutcome, EventType
 from hub.protocol import Ask, Conversation, Invalid, NotFound, OpId, Outcome, RunStatus, Status
 from hub.store import Role, Store, open_store
+from hub.store.base import Endpoint
 
 
 @contextlib.contextmanager
@@ -437,3 +440,151 @@ async def test_purge_removes_finished_runs_and_keeps_active_ones(
         assert (await store.run_step("t", call("e2", 0), 131.0, MAX)).outcome is Outcome.RUN
         [active] = await store.list_runs("u")  # active: kept, with its journal
         assert (active.run.status, active.calls) == (RunStatus.ACTIVE, 1)
+
+
+# ---------------------------------------------------------------------------- notifications
+
+
+def endpoint(eid: str, tenant: str = "t", human: str | None = None,
+             channel: Channel = Channel.WEBHOOK, url: str = "http://127.0.0.1:9/hook",
+             secret: str | None = "whsec_AAAA") -> Endpoint:
+    return Endpoint(id=eid, tenant=tenant, human=human, channel=channel, url=url,
+                    secret=secret, created_at=50.0)
+
+
+async def due(store: Store, now: float = 1000.0) -> dict[str, list[str]]:
+    """endpoint id -> the event types claimed for it (leased for 100 s)."""
+    out: dict[str, list[str]] = {}
+    for d in await store.claim_deliveries(now, 100.0, 100):
+        out.setdefault(d.endpoint.id, []).append(d.event.value)
+    return out
+
+
+async def test_endpoints_are_added_listed_scoped_and_removed(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.add_endpoint(endpoint("ep1"))
+        await store.add_endpoint(endpoint("ep2", human="me", channel=Channel.NTFY))
+        await store.add_endpoint(endpoint("ep3", tenant="u"))
+        sub = endpoint("ep4", human="me", channel=Channel.PUSH, url="https://push/x",
+                       secret='{"p256dh": "a", "auth": "b"}')
+        assert await store.add_endpoint(sub) == sub
+        # The same browser subscribing again updates its keys: still one subscription.
+        again = await store.add_endpoint(replace(sub, id="ep5", secret='{"p256dh": "c"}'))
+        assert again.id == "ep4" and again.secret == '{"p256dh": "c"}'
+        assert [e.id for e in await store.list_endpoints("t")] == ["ep1", "ep2", "ep4"]
+        assert [e.id for e in await store.list_endpoints()] == ["ep1", "ep2", "ep3", "ep4"]
+        assert [e.id for e in await store.list_endpoints("t", human="me",
+                                                         channel=Channel.PUSH)] == ["ep4"]
+        assert "secret" not in (await store.list_endpoints("t"))[0].view()
+        assert not await store.remove_endpoint("ep3", tenant="t")  # another tenant's
+        assert not await store.remove_endpoint("ep4", tenant="t", human="ann")
+        assert await store.remove_endpoint("ep4", tenant="t", human="me")
+        assert await store.remove_endpoint("ep3")
+        assert [e.id for e in await store.list_endpoints()] == ["ep1", "ep2"]
+
+
+async def test_deliveries_are_written_with_their_event_for_the_endpoints_that_hear_it(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        for ep in (endpoint("all"), endpoint("mine", human="me", channel=Channel.NTFY),
+                   endpoint("ann", human="ann"), endpoint("other", tenant="u"),
+                   endpoint("push", human="me", channel=Channel.PUSH, url="https://p/1")):
+            await store.add_endpoint(ep)
+        await store.add_endpoint(endpoint("off"))
+        await store.disable_endpoint("off", 60.0, "test")
+        req = new_request("op1")
+        assert await store.apply([Insert(req)]) == [True]
+        assert await due(store) == {"all": ["request.created"], "mine": ["request.created"],
+                                    "push": ["request.created"]}
+        # A lost compare-and-set writes nothing; a resolution reaches webhooks only.
+        assert await store.apply([Insert(req)]) != [True]
+        assert await store.apply([Resolve(resolved(req))]) == [True]
+        assert await due(store, 1001.0) == {"all": ["request.resolved"]}
+        assert await store.apply([Resolve(resolved(req, Status.CANCELLED))]) != [True]
+        assert await due(store, 1002.0) == {}
+        [listed] = [e for e in await store.list_endpoints("t") if e.id == "all"]
+        assert listed.pending == 2
+
+
+async def test_batched_asks_write_their_deliveries_too(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.add_endpoint(endpoint("all"))
+        reqs = [new_request(f"op{i}", conv=f"c{i}") for i in range(20)]
+        # Concurrent callers share group commits (the bulk path of a batch).
+        await asyncio.gather(*(store.apply([Insert(r)]) for r in reqs))
+        await asyncio.gather(*(store.apply([Resolve(resolved(r))]) for r in reqs))
+        claimed = await store.claim_deliveries(1000.0, 1.0, 100)
+        assert sorted((d.op_id, d.event.value) for d in claimed) == sorted(
+            [(r.op_id, "request.created") for r in reqs]
+            + [(r.op_id, "request.resolved") for r in reqs])
+        body = orjson.loads(claimed[0].body)
+        assert set(body) == {"type", "timestamp", "data"} and body["data"]["op_id"]
+
+
+async def test_a_delivery_is_claimed_once_retried_and_settled(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.add_endpoint(endpoint("ep"))
+        await store.apply([Insert(new_request("op1"))])
+        [d] = await store.claim_deliveries(200.0, 30.0, 10)
+        assert d.msg_id.startswith("msg_") and d.attempts == 0
+        assert orjson.loads(d.body)["data"]["question"] == "Q op1"
+        assert await store.claim_deliveries(210.0, 30.0, 10) == []  # leased
+        await store.release_deliveries()
+        [again] = await store.claim_deliveries(210.0, 30.0, 10)
+        assert (again.msg_id, again.body) == (d.msg_id, d.body)
+        await store.settle_delivery(again, 211.0, DeliveryOutcome.RETRY, "HTTP 500", 300.0)
+        [ep] = await store.list_endpoints("t")
+        assert (ep.failing_since, ep.last_error, ep.pending) == (211.0, "HTTP 500", 1)
+        assert await store.claim_deliveries(299.0, 30.0, 10) == []  # backing off
+        [third] = await store.claim_deliveries(300.0, 30.0, 10)
+        assert third.attempts == 1 and third.endpoint.failing_since == 211.0
+        await store.settle_delivery(third, 301.0, DeliveryOutcome.POSTPONED, next_at=305.0)
+        [fourth] = await store.claim_deliveries(305.0, 30.0, 10)
+        assert fourth.attempts == 1
+        await store.settle_delivery(fourth, 306.0, DeliveryOutcome.DONE)
+        [ep] = await store.list_endpoints("t")
+        assert (ep.failing_since, ep.last_error, ep.last_success_at, ep.pending) == \
+            (None, None, 306.0, 0)
+        assert await store.claim_deliveries(10_000.0, 30.0, 10) == []
+
+
+async def test_a_disabled_endpoint_fails_its_deliveries_and_says_why(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.add_endpoint(endpoint("ep"))
+        await store.apply([Insert(new_request("op1")), Insert(new_request("op2"))])
+        await store.disable_endpoint("ep", 500.0, "failing for a day")
+        assert await store.claim_deliveries(1000.0, 30.0, 10) == []
+        [ep] = await store.list_endpoints("t")
+        assert (ep.disabled_at, ep.disabled_reason, ep.pending) == (500.0, "failing for a day", 0)
+        await store.apply([Insert(new_request("op3"))])  # nothing written for it any more
+        [ep] = await store.list_endpoints("t")
+        assert ep.pending == 0
+        # Settled deliveries go with the purge of what ended before the cut-off.
+        assert await store.purge(400.0) == 0
+
+
+async def test_a_run_that_needs_attention_writes_its_delivery(
+        make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        await store.create_token("t", Role.HUMAN, "takeru")
+        await store.add_endpoint(endpoint("all"))
+        await store.add_endpoint(endpoint("ann", human="ann"))
+        await store.run_step("t", begin("e1"), 100.0, MAX)
+        await store.run_step("t", call("e1", 0, unsafe=True), 101.0, MAX)
+        await store.run_step("t", begin("e2"), 110.0, MAX)
+        unknown = await store.run_step("t", call("e2", 0, unsafe=True), 112.0, MAX)
+        assert unknown.outcome is Outcome.UNKNOWN
+        claimed = [d for d in await store.claim_deliveries(1000.0, 1.0, 100)
+                   if d.event is EventType.RUN_NEEDS_ATTENTION]
+        assert [d.endpoint.id for d in claimed] == ["all"]  # escalated to takeru, not ann
+        data = orjson.loads(claimed[0].body)["data"]
+        assert (data["run_id"], data["status"]) == ("r", "needs_attention")
+
+
+async def test_a_setting_is_made_once(make_store: Callable[[], Store]) -> None:
+    async with opened(make_store) as store:
+        assert await store.setting("vapid", "first") == "first"
+        assert await store.setting("vapid", "second") == "first"

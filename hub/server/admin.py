@@ -5,6 +5,14 @@
     GET  /api/admin/tokens         -> {"tokens": [{hash, role, name, created_at, ...}]}
     POST /api/admin/tokens/revoke  {"token": "<token or its sha256 hex>"} -> 204 | 404
     GET  /api/admin/humans         -> {"humans": ["me", ...]}
+    POST   /api/admin/notify       {"webhook": URL} | {"ntfy": URL, "token"?}, "human"?
+                                   -> 201 {"endpoint": {...}, "secret": "whsec_..."?}
+    GET    /api/admin/notify       -> {"endpoints": [{id, channel, url, human, pending,
+                                       last_error, disabled_reason, ...}]}
+    DELETE /api/admin/notify/{id}  -> 204 | 404
+
+Notification endpoints (docs/notifications.md): a webhook's signing secret is in the
+answer that creates it, and never again.
 
 Bearer tokens only (no cookies), so cross-site requests cannot reach these.
 
@@ -24,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hub.notify import endpoints
 from hub.protocol import Invalid, NotFound, check_name
 from hub.server.auth import authenticate, hub_of
 from hub.server.bodies import read_object
@@ -96,10 +105,55 @@ async def list_humans(request: Request) -> Response:
     return JSONResponse({"humans": await hub_of(request).store.list_humans(who.tenant)})
 
 
+@endpoint
+async def add_notify(request: Request) -> Response:
+    who = await _admin(request)
+    hub = hub_of(request)
+    body = await read_object(request, MAX_ADMIN_BODY)
+    unknown = sorted(set(body) - {"webhook", "ntfy", "token", "human"})
+    if unknown:
+        raise Invalid(f"unknown field {unknown[0]!r}", param=unknown[0])
+    if ("webhook" in body) == ("ntfy" in body):
+        raise Invalid('send {"webhook": URL} or {"ntfy": URL}', param="webhook")
+    human = body.get("human")
+    if human is not None:
+        human = check_name("human", human)
+    now = hub.clock.now()
+    secret = None
+    if "webhook" in body:
+        ep, secret = endpoints.webhook(who.tenant, human, body["webhook"], now)
+    else:
+        ep = endpoints.ntfy_topic(who.tenant, human, body["ntfy"], body.get("token"), now)
+    await hub.store.add_endpoint(ep)
+    out: dict[str, Any] = {"endpoint": ep.view()}
+    if secret is not None:
+        out["secret"] = secret
+    return JSONResponse(out, status_code=201)
+
+
+@endpoint
+async def list_notify(request: Request) -> Response:
+    who = await _admin(request)
+    eps = await hub_of(request).store.list_endpoints(who.tenant)
+    return JSONResponse({"endpoints": [e.view() for e in eps]})
+
+
+@endpoint
+async def remove_notify(request: Request) -> Response:
+    who = await _admin(request)
+    if not await hub_of(request).store.remove_endpoint(request.path_params["endpoint_id"],
+                                                      tenant=who.tenant):
+        raise NotFound("no such endpoint in this tenant")
+    return Response(status_code=204)
+
+
 def routes() -> list[Route]:
     return [
         Route("/api/admin/tokens", create_token, methods=["POST"]),
         Route("/api/admin/tokens", list_tokens, methods=["GET"]),
         Route("/api/admin/tokens/revoke", revoke_token, methods=["POST"]),
         Route("/api/admin/humans", list_humans, methods=["GET"]),
+        Route("/api/admin/notify", add_notify, methods=["POST"]),
+        Route("/api/admin/notify", list_notify, methods=["GET"]),
+        Route("/api/admin/notify/{endpoint_id:str}", remove_notify, methods=["DELETE"]),
     ]

@@ -14,6 +14,7 @@ import hub.server.admin as admin
 import hub.server.http_api as http_api
 import hub.server.openai_compat as openai_compat
 import hub.server.ops as ops
+import hub.server.push as push
 import hub.server.session as session
 from hub.bus import open_bus
 from hub.clock import Clock
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         Route("/api/me", session.me),
     ]
     routes += admin.routes()
+    routes += push.routes()
     routes += extra_routes()
     if mcp is not None:
         routes.append(mcp.route())

@@ -217,6 +217,44 @@ OPERATIONS: dict[tuple[str, str], Json] = {
             "type": "object", "required": ["token"],
             "properties": {"token": {"type": "string"}}}}}},
         "responses": {"204": {"description": "revoked"}, **_errors(400, 401, 403, 404)}},
+    ("POST", "/api/admin/notify"): {
+        "summary": "Add a webhook or an ntfy topic for my tenant or one person (admin); a "
+                   "webhook's signing secret is in this answer only (docs/notifications.md)",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "properties": {
+                "webhook": {"type": "string", "format": "uri"},
+                "ntfy": {"type": "string", "format": "uri"},
+                "token": {"type": "string"}, "human": {"type": "string"}}}}}},
+        "responses": {"201": _json({"type": "object"}, "the endpoint (and its secret)"),
+                      **_errors(400, 401, 403)}},
+    ("GET", "/api/admin/notify"): {
+        "summary": "Notification endpoints of my tenant: pending deliveries, last error, "
+                   "why disabled (admin)",
+        "responses": {"200": _json({"type": "object"}, "endpoints"), **_errors(401, 403)}},
+    ("DELETE", "/api/admin/notify/{endpoint_id}"): {
+        "summary": "Remove a notification endpoint and its pending deliveries (admin)",
+        "parameters": [{"name": "endpoint_id", "in": "path", "required": True,
+                        "schema": {"type": "string"}}],
+        "responses": {"204": {"description": "removed"}, **_errors(401, 403, 404)}},
+    ("GET", "/api/push/key"): {
+        "summary": "The hub's VAPID public key, for PushManager.subscribe (human)",
+        "security": _BEARER_OR_SESSION,
+        "responses": {"200": _json({"type": "object"}, "public_key, base64url"),
+                      **_errors(401, 403, 503)}},
+    ("POST", "/api/push/subscriptions"): {
+        "summary": "Get Web Push notifications in this browser (human): "
+                   "PushSubscription.toJSON()",
+        "security": _BEARER_OR_SESSION,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["endpoint", "keys"]}}}},
+        "responses": {"201": _json({"type": "object"}, "the subscription's id"),
+                      **_errors(400, 401, 403, 429)}},
+    ("DELETE", "/api/push/subscriptions"): {
+        "summary": "Stop Web Push notifications in a browser of mine (human)",
+        "security": _BEARER_OR_SESSION,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["endpoint"]}}}},
+        "responses": {"204": {"description": "removed"}, **_errors(400, 401, 403, 404)}},
     ("GET", "/api/admin/humans"): {
         "summary": "The humans of my tenant (admin)",
         "responses": {"200": _json({"type": "object"}, "handles"), **_errors(401, 403)}},

@@ -11,7 +11,9 @@ The returned store is not open yet: ``await store.open()`` (``HubService`` does)
 from __future__ import annotations
 
 from hub.store.base import (
+    Delivery,
     Due,
+    Endpoint,
     NewerDatabase,
     Principal,
     Role,
@@ -25,7 +27,7 @@ from hub.store.base import (
     token_hash_of,
 )
 
-__all__ = ["Due", "NewerDatabase", "Principal", "Role", "RunSummary", "Store", "StoreError",
+__all__ = ["Delivery", "Due", "Endpoint", "NewerDatabase", "Principal", "Role", "RunSummary", "Store", "StoreError",
            "TokenInfo", "UnsupportedStore", "hash_token", "new_token", "open_store",
            "token_hash_of"]
 

@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypedDict
 
 from hub.core import Op, Request
 from hub.journal import Event, Run, Step
+from hub.notify.events import Channel, DeliveryOutcome, EventType
 from hub.protocol import RunStatus
 
 
@@ -121,6 +122,54 @@ class RunSummary:
         return self.run.view(calls=self.calls)
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where notifications go: a webhook, an ntfy topic, or one browser's push subscription.
+
+    ``human`` None: every person of the tenant (webhooks, ntfy). ``secret``: the webhook's
+    signing secret (``whsec_…``), an ntfy access token, or a push subscription's keys
+    (JSON); never shown by :meth:`view`.
+    """
+
+    id: str
+    tenant: str
+    human: str | None
+    channel: Channel
+    url: str
+    secret: str | None
+    created_at: float
+    #: since when every attempt failed (None: the last one succeeded, or none was made)
+    failing_since: float | None = None
+    last_error: str | None = None
+    last_success_at: float | None = None
+    disabled_at: float | None = None
+    disabled_reason: str | None = None
+    #: deliveries waiting (listings only)
+    pending: int = 0
+
+    def view(self) -> dict[str, Any]:
+        return {"id": self.id, "tenant": self.tenant, "human": self.human,
+                "channel": self.channel.value, "url": self.url, "created_at": self.created_at,
+                "failing_since": self.failing_since, "last_error": self.last_error,
+                "last_success_at": self.last_success_at, "disabled_at": self.disabled_at,
+                "disabled_reason": self.disabled_reason, "pending": self.pending}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event for one endpoint, as claimed from the outbox."""
+
+    msg_id: str
+    endpoint: Endpoint
+    event: EventType
+    #: the request it is about (None for run events)
+    op_id: str | None
+    #: the event body as committed (``hub.notify.events.event_body``)
+    body: bytes
+    created_at: float
+    attempts: int
+
+
 class Store(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -174,10 +223,47 @@ class Store(Protocol):
         settlement of a run in its tenant (whoever resumes the run)."""
         ...
 
+    # -- notifications: endpoints, the outbox, settings (hub/notify)
+    # Delivery rows are written by ``apply`` (request.created / request.resolved) and
+    # ``run_step`` (run.needs_attention) in the same transaction as their event, one per
+    # enabled endpoint of the tenant that is for everyone or for the person concerned.
+    async def add_endpoint(self, endpoint: Endpoint) -> Endpoint:
+        """Add an endpoint. A push subscription already stored for the same person and URL
+        is updated (new keys) and returned instead of duplicated."""
+        ...
+    async def list_endpoints(self, tenant: str | None = None, *, human: str | None = None,
+                             channel: Channel | None = None) -> list[Endpoint]:
+        """Endpoints (of every tenant if None) with their pending deliveries, oldest first."""
+        ...
+    async def remove_endpoint(self, endpoint_id: str, tenant: str | None = None,
+                              human: str | None = None) -> bool:
+        """Delete an endpoint and its deliveries, only within ``tenant`` / ``human`` when
+        given. False if there was none."""
+        ...
+    async def claim_deliveries(self, now: float, lease: float, limit: int) -> list[Delivery]:
+        """Up to ``limit`` deliveries due at ``now`` of enabled endpoints, oldest first,
+        each leased for ``lease`` seconds (not claimed again meanwhile)."""
+        ...
+    async def release_deliveries(self) -> None:
+        """End every lease: a single hub starting up owns every delivery again."""
+        ...
+    async def settle_delivery(self, delivery: Delivery, now: float, outcome: DeliveryOutcome,
+                              error: str | None = None, next_at: float | None = None) -> None:
+        """Record how an attempt ended, on the delivery and on its endpoint (last success,
+        failing since, last error)."""
+        ...
+    async def disable_endpoint(self, endpoint_id: str, now: float, reason: str) -> None:
+        """Stop delivering to an endpoint: its pending deliveries fail with ``reason``."""
+        ...
+    async def setting(self, name: str, default: str) -> str:
+        """The hub-wide setting ``name``, stored as ``default`` if it has none yet (the
+        first writer wins, so every node gets the same value)."""
+        ...
+
     # -- housekeeping
     async def purge(self, before: float) -> int:
         """Delete what ended before ``before``: resolved requests, finished runs with their
-        journals, expired sessions; reclaim the space. Returns requests + runs deleted."""
+        journals, expired sessions, settled deliveries; reclaim the space. Returns requests + runs deleted."""
         ...
     async def ping(self) -> bool: ...
     def statistics(self) -> dict[str, float]: ...

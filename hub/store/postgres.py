@@ -63,6 +63,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import orjson
 
+import hub.store.notify_pg as notify_pg
 from hub.core import Extend, Insert, Op, Request, Resolve
 from hub.journal import (
     CallReached,
@@ -76,9 +77,12 @@ from hub.journal import (
     Step,
     handle,
 )
+from hub.notify.events import Channel, DeliveryOutcome
 from hub.protocol import RunStatus
 from hub.store.base import (
+    Delivery,
     Due,
+    Endpoint,
     NewerDatabase,
     Principal,
     Role,
@@ -96,6 +100,7 @@ from hub.store.journal_sql import (
     row_to_run,
     row_to_summary,
 )
+from hub.store.notify_sql import row_to_endpoint
 from hub.store.rows import REQUEST_COLUMNS as _COLUMNS
 from hub.store.rows import request_payload as _payload
 from hub.store.rows import row_to_request
@@ -163,6 +168,8 @@ MIGRATIONS: list[str] = [
         FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id) ON DELETE CASCADE);
     CREATE INDEX journal_ops ON journal (tenant, op_id) WHERE op_id IS NOT NULL;
     """,
+    # 2: notifications: endpoints, the outbox of deliveries, hub-wide settings (SQLite's 5)
+    notify_pg.SCHEMA,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -384,6 +391,13 @@ async def _apply_ops(conn: _Conn, ops: list[Op]) -> list[Request | None | bool]:
             req = row_to_request(tuple(row))
             stored[(req.tenant, req.op_id)] = req
     return [True if k in agreed else stored.get(k) for k in keys]
+
+
+async def _apply_and_enqueue(conn: _Conn, ops: list[Op]) -> list[Request | None | bool]:
+    """The ops, and the notification deliveries they cause, in one transaction."""
+    results = await _apply_ops(conn, ops)
+    await notify_pg.enqueue_for_ops(conn, ops, results)
+    return results
 
 
 async def _apply_one(conn: _Conn, op: Op) -> Request | None | bool:
@@ -673,7 +687,7 @@ class PostgresStore:
         ops = [op for job in batch for op in job.ops]
         started = time.perf_counter()
         try:
-            results = await self._transact(lambda c: _apply_ops(c, ops))
+            results = await self._transact(lambda c: _apply_and_enqueue(c, ops))
         except StoreError as exc:
             st.failed_batches += 1
             if len(batch) > 1 and not isinstance(exc.__cause__, _WHOLE):
@@ -879,8 +893,8 @@ class PostgresStore:
         gate.users += 1
         try:
             async with gate.lock:
-                return await self._transact(
-                    lambda c: _step(c, tenant, event, now, max_entries))
+                return await self._transact(lambda c: notify_pg.step_and_enqueue(
+                    c, tenant, event, now, lambda: _step(c, tenant, event, now, max_entries)))
         finally:
             gate.users -= 1
             if not gate.users:
@@ -902,6 +916,43 @@ class PostgresStore:
     async def run_pending(self, tenant: str, sender: str, limit: int = 500) -> list[Request]:
         return await self._requests(_PENDING, tenant, sender, limit)
 
+    # -- notifications (hub/store/notify_pg.py)
+
+    async def add_endpoint(self, endpoint: Endpoint) -> Endpoint:
+        return await self._transact(lambda c: notify_pg.add_endpoint(c, endpoint))
+
+    async def list_endpoints(self, tenant: str | None = None, *, human: str | None = None,
+                             channel: Channel | None = None) -> list[Endpoint]:
+        sql, args = notify_pg.list_query(tenant, human, channel)
+        return [row_to_endpoint(tuple(r), int(r[12]))
+                for r in await self._read(sql, *args)]
+
+    async def remove_endpoint(self, endpoint_id: str, tenant: str | None = None,
+                              human: str | None = None) -> bool:
+        return await self._transact(
+            lambda c: notify_pg.remove_endpoint(c, endpoint_id, tenant, human))
+
+    async def claim_deliveries(self, now: float, lease: float, limit: int) -> list[Delivery]:
+        return await self._transact(lambda c: notify_pg.claim(c, now, lease, limit))
+
+    async def release_deliveries(self) -> None:
+        async def body(c: _Conn) -> None:
+            await c.execute("UPDATE notify_deliveries SET leased_until=NULL "
+                            "WHERE leased_until IS NOT NULL")
+
+        await self._transact(body)
+
+    async def settle_delivery(self, delivery: Delivery, now: float, outcome: DeliveryOutcome,
+                              error: str | None = None, next_at: float | None = None) -> None:
+        await self._transact(
+            lambda c: notify_pg.settle(c, delivery, now, outcome, error, next_at))
+
+    async def disable_endpoint(self, endpoint_id: str, now: float, reason: str) -> None:
+        await self._transact(lambda c: notify_pg.disable(c, endpoint_id, now, reason))
+
+    async def setting(self, name: str, default: str) -> str:
+        return await self._transact(lambda c: notify_pg.setting(c, name, default))
+
     # -- housekeeping
 
     async def purge(self, before: float) -> int:
@@ -913,6 +964,8 @@ class PostgresStore:
             n += _count(await c.execute(
                 "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1", before))
             await c.execute("DELETE FROM sessions WHERE expires_at < $1", before)
+            await c.execute("DELETE FROM notify_deliveries WHERE state<>'pending' "
+                            "AND done_at < $1", before)
             return n
 
         return await self._transact(body)

@@ -40,9 +40,12 @@ import orjson
 from hub.core import Extend, Insert, Op, Request, Resolve
 from hub.faults import crash_point
 from hub.journal import Event, Step
+from hub.notify.events import Channel, DeliveryOutcome
 from hub.protocol import RunStatus
 from hub.store.base import (
+    Delivery,
     Due,
+    Endpoint,
     NewerDatabase,
     Principal,
     Role,
@@ -58,7 +61,20 @@ from hub.store.journal_sql import (
     list_runs_query,
     purge_runs_sync,
     row_to_summary,
-    step_sync,
+)
+from hub.store.notify_sql import SCHEMA as NOTIFY_SCHEMA
+from hub.store.notify_sql import (
+    add_endpoint_sync,
+    claim_sync,
+    disable_sync,
+    enqueue_for_ops,
+    list_endpoints_query,
+    purge_deliveries_sync,
+    remove_endpoint_sync,
+    row_to_endpoint,
+    setting_sync,
+    settle_sync,
+    step_and_enqueue,
 )
 from hub.store.rows import REQUEST_COLUMNS as _COLUMNS
 from hub.store.rows import request_payload as _payload
@@ -136,6 +152,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     CREATE INDEX requests_created ON requests (created_at);
     CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
     """,
+    # 5: notifications: endpoints, the outbox of deliveries, hub-wide settings (issue 14)
+    NOTIFY_SCHEMA,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -484,6 +502,7 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
         conn.execute("RELEASE bulk")
         return False
     if conn.total_changes - before == len(ops):
+        enqueue_for_ops(conn, ops, [True] * len(ops))  # the outbox, in the same transaction
         conn.execute("RELEASE bulk")
         return True
     conn.execute("ROLLBACK TO bulk")
@@ -626,7 +645,9 @@ class SQLiteStore:
             return []
 
         def fn(c: sqlite3.Connection) -> list[Request | None | bool]:
-            return [apply_op(c, op) for op in ops]
+            results = [apply_op(c, op) for op in ops]
+            enqueue_for_ops(c, ops, [r is True for r in results])
+            return results
 
         # ops=: lets the writer apply neighbouring jobs' ops in bulk
         return list(await self._writer.submit(fn, ops=ops))
@@ -681,7 +702,8 @@ class SQLiteStore:
 
     async def run_step(self, tenant: str, event: Event, now: float,
                        max_entries: int) -> Step:
-        step: Step = await self._write(lambda c: step_sync(c, tenant, event, now, max_entries))
+        step: Step = await self._write(
+            lambda c: step_and_enqueue(c, tenant, event, now, max_entries))
         return step
 
     async def list_runs(self, tenant: str, status: RunStatus | None = None,
@@ -693,6 +715,41 @@ class SQLiteStore:
         rows = await self._read(PENDING, (tenant, sender, tenant, limit))
         return [row_to_request(r) for r in rows]
 
+    # -- notifications
+
+    async def add_endpoint(self, endpoint: Endpoint) -> Endpoint:
+        stored: Endpoint = await self._write(lambda c: add_endpoint_sync(c, endpoint))
+        return stored
+
+    async def list_endpoints(self, tenant: str | None = None, *, human: str | None = None,
+                             channel: Channel | None = None) -> list[Endpoint]:
+        sql, params = list_endpoints_query(tenant, human, channel)
+        return [row_to_endpoint(r, int(r[12])) for r in await self._read(sql, params)]
+
+    async def remove_endpoint(self, endpoint_id: str, tenant: str | None = None,
+                              human: str | None = None) -> bool:
+        return bool(await self._write(
+            lambda c: remove_endpoint_sync(c, endpoint_id, tenant, human)))
+
+    async def claim_deliveries(self, now: float, lease: float, limit: int) -> list[Delivery]:
+        claimed: list[Delivery] = await self._write(lambda c: claim_sync(c, now, lease, limit))
+        return claimed
+
+    async def release_deliveries(self) -> None:
+        await self._write(lambda c: c.execute(
+            "UPDATE notify_deliveries SET leased_until=NULL WHERE leased_until IS NOT NULL"))
+
+    async def settle_delivery(self, delivery: Delivery, now: float, outcome: DeliveryOutcome,
+                              error: str | None = None, next_at: float | None = None) -> None:
+        await self._write(lambda c: settle_sync(c, delivery, now, outcome, error, next_at))
+
+    async def disable_endpoint(self, endpoint_id: str, now: float, reason: str) -> None:
+        await self._write(lambda c: disable_sync(c, endpoint_id, now, reason))
+
+    async def setting(self, name: str, default: str) -> str:
+        value: str = await self._write(lambda c: setting_sync(c, name, default))
+        return value
+
     # -- housekeeping
 
     async def purge(self, before: float) -> int:
@@ -700,6 +757,7 @@ class SQLiteStore:
             n = c.execute("DELETE FROM requests WHERE status!='pending' AND resolved_at < ?",
                           (before,)).rowcount
             n += purge_runs_sync(c, before)
+            purge_deliveries_sync(c, before)
             sessions = c.execute("DELETE FROM sessions WHERE expires_at < ?", (before,)).rowcount
             return int(n), int(sessions)
 

@@ -18,7 +18,7 @@ import { T } from "./protocol.js";
 import { InboxList, TITLE } from "./list.js";
 import { HistoryView } from "./history.js";
 import { keyboardHandler } from "./keyboard.js";
-import { notify, permissionDecided } from "./notifications.js";
+import { enablePush, itemFromHash, notify, registerWorker, wantsEnableButton } from "./notifications.js";
 import { connText, retryText } from "./status.js";
 import { endSession, fetchMe, linkDecision, postSession, switchQuestion, tokenFromHash } from "./signin.js";
 
@@ -37,6 +37,7 @@ const app = {
   list: null,
   history: null,
   pendingSwitch: null, // the token of a sign-in link waiting for the person's decision
+  focusPending: null, // the op_id of a deep link (#item=…) to focus once the inbox has it
 };
 
 app.list = new InboxList({
@@ -54,7 +55,14 @@ app.history = new HistoryView({ listEl: $("history-list"), messageEl: $("history
 
 function focusItem(opId) {
   const item = app.list.items.get(opId);
-  if (item) item.el.focus();
+  if (item) {
+    app.focusPending = null;
+    showView("inbox");
+    item.el.scrollIntoView({ block: "center" });
+    item.el.focus();
+  } else {
+    app.focusPending = opId; // not listed yet: focus it when the inbox syncs
+  }
 }
 
 // ============================================================================ sign-in
@@ -167,7 +175,10 @@ function startApp(me) {
   const conn = new Connection({ authCheck: stillSignedIn });
   app.conn = conn;
   conn.addEventListener("state", onState);
-  conn.addEventListener("sync", (e) => app.list.onSync(e.detail.items));
+  conn.addEventListener("sync", (e) => {
+    app.list.onSync(e.detail.items);
+    if (app.focusPending) focusItem(app.focusPending);
+  });
   conn.addEventListener(T.INBOX_ADD, (e) => app.list.onAdd(e.detail.request, true));
   conn.addEventListener(T.INBOX_REMOVE, (e) => app.list.onRemove(e.detail));
   conn.addEventListener("huberror", (e) => {
@@ -244,8 +255,8 @@ function showView(view) {
   if (view === "history") app.history.load();
 }
 
-function updateNotificationButton() {
-  $("enable-notifications").hidden = permissionDecided();
+async function updateNotificationButton() {
+  $("enable-notifications").hidden = !(await wantsEnableButton());
 }
 
 // ============================================================================ wiring
@@ -269,17 +280,30 @@ function wire() {
   $("retry-now").addEventListener("click", () => app.conn && app.conn.reconnectNow());
   $("enable-notifications").addEventListener("click", async () => {
     try {
-      await Notification.requestPermission();
+      const result = await enablePush();
+      $("enable-notifications").title = result.message;
     } finally {
       updateNotificationButton();
     }
   });
+  if (navigator.serviceWorker) {
+    // A click on a push notification while this page is open (hub/web/sw.js).
+    navigator.serviceWorker.addEventListener("message", (e) => {
+      if (e.data && e.data.type === "a2h:focus" && e.data.op_id) focusItem(String(e.data.op_id));
+    });
+  }
   document.addEventListener("keydown", keyboardHandler({ doc: document, list: app.list, active: () => Boolean(app.conn) && app.view === "inbox" }));
   window.addEventListener("online", () => app.conn && app.conn.reconnectNow());
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible" && app.conn) app.conn.reconnectNow();
   });
   window.addEventListener("hashchange", () => {
+    const item = itemFromHash(location.hash);
+    if (item) {
+      clearHash();
+      focusItem(item);
+      return;
+    }
     const token = tokenFromHash(location.hash);
     if (token) {
       clearHash();
@@ -290,6 +314,13 @@ function wire() {
 
 function boot() {
   wire();
+  registerWorker(); // the offline shell and Web Push (hub/web/sw.js)
+  const item = itemFromHash(location.hash);
+  if (item) {
+    // A notification's deep link: focus that request once the inbox has loaded.
+    app.focusPending = item;
+    clearHash();
+  }
   const token = tokenFromHash(location.hash);
   if (token) {
     // Out of the address bar (and history) before anything else happens.
