@@ -124,6 +124,13 @@ TABLE: list[tuple[str, str, str, str, str]] = [
     ("http", "GET /metrics", "agent", "-", DENY),
     ("http", "GET /metrics", "human", "-", DENY),
     ("http", "GET /metrics", "none", "-", DENY),
+    # -- MCP (docs/integrations.md): agent tokens only
+    ("http", "POST /mcp", "agent", "own", ALLOW),
+    ("http", "POST /mcp", "human", "own", DENY),
+    ("http", "POST /mcp", "admin", "own", DENY),
+    ("http", "POST /mcp", "none", "-", DENY),
+    ("http", "GET /mcp", "none", "-", DENY),
+    ("http", "DELETE /mcp", "none", "-", DENY),
 ]
 
 
@@ -239,6 +246,11 @@ async def try_http(action: str, role: str, target: str, w: World) -> str:
         body = {"webhook": "http://127.0.0.1:9/new"}
     elif path == "/api/push/subscriptions":
         body = {"endpoint": w.push.get(target, ""), "keys": {"p256dh": "BA", "auth": "AA"}}
+    elif path == "/mcp":
+        headers["accept"] = "application/json, text/event-stream"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "authz", "version": "1"}}}
     async with httpx.AsyncClient(base_url=w.run.url, timeout=10) as http:
         r = await http.request(method, path, json=body, headers=headers)
     if r.status_code < 300 or (path == "/v1/chat/completions" and r.status_code == 408):

@@ -267,6 +267,10 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "responses": {"200": {"description": "Prometheus text format",
                               "content": {"text/plain": {"schema": {"type": "string"}}}},
                       **_errors(401, 403)}},
+    **{(method, "/mcp"): {
+        "summary": "MCP server, Streamable HTTP (agent bearer token; docs/integrations.md)",
+        "responses": {"200": {"description": "a JSON-RPC response or an SSE stream"},
+                      **_errors(401, 403)}} for method in ("GET", "POST", "DELETE")},
     ("GET", "/openapi.json"): {
         "summary": "This document", "security": _PUBLIC,
         "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")}},

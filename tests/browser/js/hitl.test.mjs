@@ -1,10 +1,10 @@
-// node --test: web/js/hitl.js — framework reviews (LangGraph Agent Inbox, LangChain HITL
+// node --test: hub/web/js/hitl.js — framework reviews (LangGraph Agent Inbox, LangChain HITL
 // middleware) drawn with only the decisions their config allows, answered in their own shape.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { installDocument, pending } from "./inbox_env.mjs";
-import { buildItem } from "../../../web/js/item.js";
-import { hitlOf, parseArgs } from "../../../web/js/hitl.js";
+import { buildItem } from "../../../hub/web/js/item.js";
+import { hitlOf, parseArgs } from "../../../hub/web/js/hitl.js";
 import { findAll } from "./fake_dom.mjs";
 
 function review(format, decisions, extra = {}) {
