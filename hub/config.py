@@ -100,6 +100,10 @@ class Settings:
     #: Seconds after a push during which new requests for the same browser wait, to go out
     #: together as one summary notification.
     push_coalesce: float = 3.0
+    #: Accept push subscriptions to any http(s) URL (a push-service stand-in on loopback in
+    #: tests). Off: a browser may register only an https endpoint on a public host name,
+    #: never an IP literal, localhost or a private/loopback address.
+    push_any_endpoint: bool = False
     #: VAPID ``sub`` claim: a ``mailto:`` or ``https:`` contact for push services.
     vapid_subject: str = "mailto:a2h-hub@localhost"
 

@@ -26,7 +26,7 @@ from hub.notify.events import DeliveryOutcome
 from hub.notify.worker import backoff
 from hub.store import Role
 
-FAST = {"notify_min_interval": 0.0, "notify_poll": 1.0}
+FAST = {"notify_min_interval": 0.0, "notify_poll": 1.0, "push_any_endpoint": True}
 
 
 @contextlib.asynccontextmanager
@@ -418,3 +418,18 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     assert [backoff(n, 5.0, 60.0) for n in range(6)] == [5, 10, 20, 40, 60, 60]
     assert backoff(10_000, 5.0, 3600.0) == 3600.0
     assert DeliveryOutcome.RETRY.value == "retry"
+
+
+
+async def test_browsers_may_register_only_push_services(tmp_path: Path) -> None:
+    keys = BrowserKeys()
+    async with edge(tmp_path) as e:  # the default: push_any_endpoint off
+        for url in ("http://push.example/1", "https://127.0.0.1/x", "https://10.0.0.5/x",
+                    "https://localhost/x", "https://[::1]/x", "https://metadata.internal/x",
+                    "https://intranet/x"):
+            r = await e.call("POST", "/api/push/subscriptions", e.human,
+                             json=keys.subscription(url))
+            assert r.status_code == 400 and r.json()["error"]["param"] == "endpoint", url
+        ok = await e.call("POST", "/api/push/subscriptions", e.human,
+                          json=keys.subscription("https://fcm.googleapis.com/fcm/send/abc"))
+        assert ok.status_code == 201

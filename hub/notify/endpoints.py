@@ -6,6 +6,7 @@ Raises :class:`~hub.protocol.Invalid` naming the field at fault.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,6 +70,26 @@ def push_subscription(tenant: str, human: str, body: dict[str, Any], now: float)
     secret = orjson.dumps({"p256dh": keys["p256dh"], "auth": keys["auth"]}).decode()
     return Endpoint(id=new_endpoint_id(), tenant=tenant, human=human, channel=Channel.PUSH,
                     url=url, secret=secret, created_at=now)
+
+
+def check_push_service(url: str) -> None:
+    """A push endpoint a browser registers must look like a push service's: https on a
+    public host name. The hub POSTs to it, so anything else would let a signed-in person
+    point the hub at internal addresses (request forgery).
+
+    Raises:
+        Invalid: http, an IP literal, localhost, or a private/reserved address.
+    """
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    literal = True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        literal = False
+    if not url.startswith("https://") or literal or host == "localhost" \
+            or host.endswith((".localhost", ".local", ".internal")) or "." not in host:
+        raise Invalid("endpoint must be a push service's https URL on a public host name",
+                      param="endpoint")
 
 
 def _human(human: str | None) -> str | None:

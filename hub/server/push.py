@@ -44,6 +44,8 @@ async def subscribe(request: Request) -> Response:
     hub = hub_of(request)
     body = await read_object(request, MAX_BODY)
     sub = endpoints.push_subscription(who.tenant, who.name, body, hub.clock.now())
+    if not hub.settings.push_any_endpoint:
+        endpoints.check_push_service(sub.url)
     mine = await hub.store.list_endpoints(who.tenant, human=who.name, channel=Channel.PUSH)
     if len(mine) >= endpoints.MAX_PUSH_PER_HUMAN and all(e.url != sub.url for e in mine):
         raise LimitExceeded(f"at most {endpoints.MAX_PUSH_PER_HUMAN} browsers per person get "
