@@ -152,7 +152,16 @@ def token_command(args: argparse.Namespace) -> int:
     """Create or revoke a token through the store, whether or not a hub runs on it."""
     import time
 
+    from hub.protocol import Invalid, check_name
     from hub.store import Role, StoreError, UnsupportedStore, open_store
+
+    if args.token_command == "create":
+        try:
+            check_name("tenant", args.tenant)
+            check_name("name", args.agent or args.human or args.admin)
+        except Invalid as exc:
+            print(f"a2h: {exc.message}", file=sys.stderr)
+            return 2
 
     async def run() -> int:
         store = open_store(args.store or args.db)

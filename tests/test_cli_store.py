@@ -108,3 +108,12 @@ async def test_token_and_serve_on_postgresql_answer_through_the_sdk(tmp_path: Pa
         rows = await admin(f"SELECT status, value FROM {schema}.requests")
         assert [(r[0], bytes(r[1])) for r in rows] == [("answered", b'"yes"')]
         assert not (tmp_path / "unused.db").exists()  # --store won over --db
+
+
+def test_token_create_refuses_names_outside_the_character_set(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "names.db")
+    for args in (["--tenant", "acme x", "--agent", "bot"], ["--tenant", "acme", "--human", "a\nb"],
+                 ["--tenant", "", "--agent", "bot"]):
+        assert main(["token", "create", "--db", db, *args]) == 2
+        assert "must be 1..200 of" in capsys.readouterr().err
