@@ -37,7 +37,7 @@ class Plan:
     CI smoke run (under 2 minutes)."""
 
     quick: bool = False
-    scenarios: list[str] = field(default_factory=lambda: list(SCENARIOS))
+    scenarios: list[str] = field(default_factory=lambda: [s for s in SCENARIOS if s not in OPT_IN])
     # cycles
     cycles_ns: list[int] = field(default_factory=lambda: [100, 200, 1000, 5000])
     servers: list[str] = field(default_factory=lambda: ["hub", "relay", "socketio"])
@@ -847,13 +847,22 @@ def scenario_overload(plan: Plan) -> dict[str, Any]:
     return out
 
 
+def scenario_cluster(plan: Plan) -> dict[str, Any]:
+    from bench.cluster import scenario_cluster  # bench.cluster imports this module
+
+    return scenario_cluster(plan)
+
+
 SCENARIOS = {
     "cycles": scenario_cycles,
     "idle": scenario_idle,
     "rooms": scenario_rooms,
     "recovery": scenario_recovery,
     "overload": scenario_overload,
+    "cluster": scenario_cluster,
 }
+#: Run only when named (``--scenario cluster``): it needs PostgreSQL and nats-server.
+OPT_IN = ("cluster",)
 
 
 def run_plan(plan: Plan) -> dict[str, Any]:
