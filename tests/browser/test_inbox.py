@@ -198,6 +198,9 @@ FAKE_NOTIFICATIONS = """(() => {
     static requestPermission() { return Promise.resolve("granted"); }
   };
   Document.prototype.hasFocus = () => false; // the human is looking at another window
+  // No Web Push here (tests/browser/test_push.py covers it): with notifications allowed and
+  // nothing to subscribe to, "Enable notifications" has nothing left to do.
+  delete window.PushManager;
 })();"""
 
 
