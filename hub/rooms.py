@@ -47,7 +47,7 @@ class Envelope:
 
 
 class Room:
-    __slots__ = ("key", "host", "core", "mailbox", "task", "last_active", "busy", "_wake",
+    __slots__ = ("key", "host", "core", "mailbox", "task", "last_active", "busy", "_wake", "stale",
                  "stopping", "__weakref__")
 
     def __init__(self, key: RoomKey, host: RoomHost) -> None:
@@ -58,6 +58,8 @@ class Room:
         self.task: asyncio.Task[None] | None = None
         self.last_active = host.clock.now()
         self.busy = False
+        #: Another node changed this room's requests: re-read it before the next batch.
+        self.stale = False
         self._wake: asyncio.Future[None] | None = None
         self.stopping = False
 
@@ -91,8 +93,9 @@ class Room:
 
     async def _step(self) -> None:
         host = self.host
-        if host.validate:
-            self.core = None  # a cache validated against the store: re-read it
+        if self.stale:
+            self.stale = False
+            self.core = None  # another node wrote it: the cache is re-read from the store
         if self.core is None:
             try:
                 reqs = await host.store.load_room(*self.key)
@@ -212,7 +215,6 @@ class RoomHost:
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
                  cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None,
-                 validate: bool = False,
                  on_evicted: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.clock = clock
@@ -222,8 +224,6 @@ class RoomHost:
         self.max_batch = max_batch
         self.cache_terminal = cache_terminal
         self.on_loaded = on_loaded or (lambda core: None)
-        #: Re-read each room from the store before each batch (other nodes write it too).
-        self.validate = validate
         self.on_evicted = on_evicted or (lambda n: None)
         self.rooms: dict[RoomKey, Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -256,6 +256,14 @@ class RoomHost:
         room.mailbox.append(env)
         room.last_active = self.clock.now()
         room.wake()
+
+    def invalidate(self, key: RoomKey) -> None:
+        """Another node changed this room in the store: its cache (if live) is re-read before
+        it decides anything else. Its decisions stay safe meanwhile: every write is a
+        compare-and-set the store may refuse, and the room then adopts the stored row."""
+        room = self.rooms.get(key)
+        if room is not None:
+            room.stale = True
 
     def _exited(self, room: Room) -> None:
         if self.rooms.get(room.key) is room:

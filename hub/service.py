@@ -57,6 +57,9 @@ from hub.store import Due, Principal, Role, Store, token_hash_of
 
 log = logging.getLogger("a2h")
 
+#: The most changed requests one reconcile reads (50,000 changes in 2 s: far past a node).
+RECONCILE_LIMIT = 100_000
+
 
 class HubService:
     def __init__(self, settings: Settings, store: Store, clock: Clock | None = None,
@@ -67,13 +70,12 @@ class HubService:
         self.bus: Bus = bus or LocalBus()
         self.gateway = Gateway()
         self.memory = Reclaimer(self.clock)
-        # With other nodes on the same store, a room's cache is re-read at each batch: the
-        # store decides (compare-and-set), a node's memory only routes.
+        # With other nodes on the same store, the store decides (compare-and-set) and a room's
+        # cache is re-read when a wake-up or the reconcile loop says another node changed it.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
                               idle_seconds=settings.room_idle,
                               on_loaded=self._on_room_loaded,
-                              validate=self.bus.distributed,
                               on_evicted=self.memory.freed)
         self.alarms = Alarms(store, self.clock, self._fire_alarm,
                              sweep_interval=settings.alarm_sweep, retention=settings.retention,
@@ -98,8 +100,9 @@ class HubService:
         self._wake_tasks: set[asyncio.Task[None]] = set()
         # token hash -> the timer that ends it at its expiry (while it has sockets or waits).
         self._expiries: dict[str, Timer] = {}
-        # (tenant, op_id) -> when its resolution was last pushed from the store (reconcile).
-        self._delivered: dict[tuple[str, str], float] = {}
+        # (tenant, op_id) -> (when, resolved?) this node last pushed it: its own commits, a
+        # wake-up or the reconcile loop; the loop pushes nothing twice.
+        self._delivered: dict[tuple[str, str], tuple[float, bool]] = {}
         self.started_at = 0.0
         # Webhooks, ntfy and Web Push: sends what the store's outbox holds, after commit.
         self.notifier = Notifier(store, self.clock, settings, distributed=self.bus.distributed)
@@ -213,15 +216,18 @@ class HubService:
             self._push_from_store(req)
 
     def _push_from_store(self, req: Request) -> None:
-        """Push what another node committed to this node's sockets and waiters."""
+        """Push what another node committed to this node's sockets and waiters — once: what
+        this node already pushed (its own commits, an earlier wake-up) is not pushed again."""
         key = (req.tenant, req.op_id)
+        seen = self._delivered.get(key)
+        if seen is not None and (seen[1] or not req.terminal):
+            return  # pushed already, in this state or a later one
+        self.rooms.invalidate((req.tenant, req.conversation))
+        self._delivered[key] = (self.clock.now(), req.terminal)
         if not req.terminal:
             self.gateway.publish(inbox_tag(req.tenant, req.to),
                                  encode_text(inbox_add_frame(req.view())))
             return
-        if key in self._delivered:
-            return
-        self._delivered[key] = self.clock.now()
         self._where.pop(key, None)
         self.alarms.cancel(req.tenant, req.op_id)
         for fut in self._waiters.pop(key, ()):
@@ -242,7 +248,7 @@ class HubService:
             await self.clock.sleep(interval)
             now = self.clock.now()
             try:
-                changed = await self.store.changed_since(since - interval)
+                changed = await self.store.changed_since(since - interval, RECONCILE_LIMIT)
             except Exception as exc:
                 log.warning("reconcile failed: %s", exc)
                 continue
@@ -251,7 +257,7 @@ class HubService:
                 if self._interested(req.tenant, req.op_id, req.to):
                     self._push_from_store(req)
             cutoff = now - 4 * interval
-            for key in [k for k, t in self._delivered.items() if t < cutoff]:
+            for key in [k for k, (t, _) in self._delivered.items() if t < cutoff]:
                 del self._delivered[key]
 
     async def __aenter__(self) -> HubService:
@@ -268,6 +274,8 @@ class HubService:
             self.notifier.kick()  # the commit may have written deliveries (hub/notify)
             req = eff.request
             self._where[(req.tenant, req.op_id)] = (req.conversation, req.to)
+            if self.bus.distributed:
+                self._delivered[(req.tenant, req.op_id)] = (self.clock.now(), False)
             self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             n = self.gateway.publish(inbox_tag(req.tenant, req.to),
                                      encode_text(inbox_add_frame(req.view())))
@@ -276,6 +284,8 @@ class HubService:
         elif isinstance(eff, Resolved):
             self.notifier.kick()
             req = eff.request
+            if self.bus.distributed:
+                self._delivered[(req.tenant, req.op_id)] = (self.clock.now(), True)
             self.bus.publish(RequestResolved(req.tenant, req.op_id, req.to))
             self._where.pop((req.tenant, req.op_id), None)
             self._release(req.tenant, request_bytes(req))
