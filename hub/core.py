@@ -172,7 +172,20 @@ class DeadlineReached:
     op_id: OpId
 
 
-Event = Union[AskReceived, WaitRequested, CancelRequested, AnswerSubmitted, DeadlineReached]
+@dataclass(frozen=True, slots=True)
+class RowChanged:
+    """Another node committed a change to this request: adopt the store's row (nothing to
+    decide, nothing to say)."""
+
+    request: Request
+
+    @property
+    def op_id(self) -> OpId:
+        return self.request.op_id
+
+
+Event = Union[AskReceived, WaitRequested, CancelRequested, AnswerSubmitted, DeadlineReached,
+              RowChanged]
 
 
 # ---------------------------------------------------------------------------- store ops
@@ -288,6 +301,11 @@ class RoomCore:
             return self._resolve_by(event.op_id, Status.CANCELLED, None, SYSTEM, now, strict=True)
         if isinstance(event, DeadlineReached):
             return self._deadline(event.op_id, now)
+        if isinstance(event, RowChanged):
+            cached = self.requests.get(event.op_id)
+            if cached is None or not cached.terminal:  # a resolution never goes back
+                self.reconcile(event.op_id, event.request)
+            return Decision()
         raise TypeError(f"unknown event {event!r}")
 
     # -- asks

@@ -27,7 +27,9 @@ from hub.core import (
     Effect,
     Event,
     Replied,
+    Request,
     RoomCore,
+    RowChanged,
 )
 from hub.faults import crash_point
 from hub.protocol import Overloaded, RetryLater
@@ -120,7 +122,7 @@ class Room:
             batch.append(env)
             if isinstance(env.event, AskReceived):
                 inserting.add(op_id)
-            elif op_id not in core.requests:
+            elif op_id not in core.requests and not isinstance(env.event, RowChanged):
                 # Not cached (resolved earlier, or created elsewhere): ask the store.
                 try:
                     core.reconcile(op_id, await host.store.get_request(self.key[0], op_id))
@@ -257,13 +259,20 @@ class RoomHost:
         room.last_active = self.clock.now()
         room.wake()
 
-    def invalidate(self, key: RoomKey) -> None:
-        """Another node changed this room in the store: its cache (if live) is re-read before
-        it decides anything else. Its decisions stay safe meanwhile: every write is a
-        compare-and-set the store may refuse, and the room then adopts the stored row."""
-        room = self.rooms.get(key)
-        if room is not None:
+    def changed(self, req: Request) -> None:
+        """Another node changed ``req`` in the store: a live room adopts the row, in order
+        with its other messages (or, if its mailbox is full, re-reads itself before its next
+        batch). A room not in memory reads the store when it is next touched anyway. The
+        room's decisions are safe meanwhile: every write is a compare-and-set the store may
+        refuse, and the room then adopts the stored row."""
+        room = self.rooms.get((req.tenant, req.conversation))
+        if room is None:
+            return
+        if len(room.mailbox) >= self.mailbox_size:
             room.stale = True
+            return
+        room.mailbox.append(Envelope(RowChanged(req), None, "store"))
+        room.wake()
 
     def _exited(self, room: Room) -> None:
         if self.rooms.get(room.key) is room:

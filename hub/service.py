@@ -222,7 +222,7 @@ class HubService:
         seen = self._delivered.get(key)
         if seen is not None and (seen[1] or not req.terminal):
             return  # pushed already, in this state or a later one
-        self.rooms.invalidate((req.tenant, req.conversation))
+        self.rooms.changed(req)
         self._delivered[key] = (self.clock.now(), req.terminal)
         if not req.terminal:
             self.gateway.publish(inbox_tag(req.tenant, req.to),

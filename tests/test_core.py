@@ -236,3 +236,23 @@ def test_a_repeated_answer_to_an_expired_request_is_already_resolved() -> None:
     room.handle(DeadlineReached(OpId("op1")), T0 + 6)
     (r,) = replies(room.handle(AnswerSubmitted(OpId("op1"), "me", Status.EXPIRED, None), T0 + 7))
     assert isinstance(r.error, AlreadyResolved)  # actor "system": never the same person
+
+
+def test_a_row_changed_elsewhere_is_adopted_but_a_resolution_never_goes_back() -> None:
+    from dataclasses import replace as copy
+
+    from hub.core import Decision, Resolve, RowChanged
+
+    room = RoomCore("t", "c")
+    d = room.handle(AskReceived(Ask(1, OpId("x"), "me", "Q", "c"), "t", "agent:a"), 10.0)
+    pending = copy(d.ops[0].request)
+    # Another node answered it: the room adopts the stored row, says nothing, writes nothing.
+    answered = copy(pending, status=Status.ANSWERED, value="yes", actor="human:me",
+                    resolved_at=11.0)
+    assert room.handle(RowChanged(answered), 12.0) == Decision()
+    late = room.handle(AnswerSubmitted(OpId("x"), "me", Status.ANSWERED, "no"), 13.0)
+    assert isinstance(late.after[0], Replied) and late.after[0].error is not None
+    # A late read of the old pending row changes nothing: terminal is final.
+    room.handle(RowChanged(pending), 14.0)
+    assert room.requests["x"].status is Status.ANSWERED
+    assert not [op for op in late.ops if isinstance(op, Resolve)]
