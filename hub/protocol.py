@@ -374,6 +374,13 @@ def too_deep(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+def _brackets(data: str | bytes) -> int:
+    """How many ``{`` and ``[`` the text holds: an upper bound of its JSON nesting depth."""
+    if isinstance(data, str):
+        return data.count("{") + data.count("[")
+    return data.count(b"{") + data.count(b"[")
+
+
 def loads(data: str | bytes) -> Any:
     """Decode JSON from the outside world: every edge's one way in.
 
@@ -385,7 +392,7 @@ def loads(data: str | bytes) -> Any:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise BadJson("not valid JSON") from None
-    if too_deep(obj):
+    if _brackets(data) > MAX_JSON_DEPTH and too_deep(obj):
         raise TooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return obj
 
@@ -735,7 +742,9 @@ def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> 
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise FrameError(BadJson("frame is not valid JSON"), None) from None
-    if too_deep(obj):
+    # Each level of nesting opens a bracket: a frame with at most MAX_JSON_DEPTH of them
+    # (strings included, so this only over-counts) cannot be too deep; skip the walk.
+    if _brackets(data) > MAX_JSON_DEPTH and too_deep(obj):
         fid = obj.get("id") if isinstance(obj, dict) else None
         raise FrameError(TooDeep(f"frame nested deeper than {MAX_JSON_DEPTH} levels"),
                          fid if type(fid) is int else None)
