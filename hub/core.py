@@ -79,10 +79,32 @@ class Request:
     fixed_deadline: bool
     resolved_at: float | None = None
     human_seconds: float | None = None
+    #: The encoded view and the (status, deadline) it was taken at: one view and one
+    #: encoding per transition, shared by the reply and every push (not copied by
+    #: ``dataclasses.replace``).
+    _encoded: tuple[Status, float, str] | None = field(default=None, init=False, repr=False,
+                                                       compare=False)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def view_text(self) -> str:
+        """:meth:`view` encoded as JSON text, computed once per state.
+
+        Only ``handle`` changes a request, and every change moves its status (a resolution
+        also sets value, actor and times, once) or its deadline (an extension): those two
+        tell whether the cached text still describes the request.
+
+        Raises:
+            TypeError: the view cannot be encoded (a value nested too deep).
+        """
+        cached = self._encoded
+        if cached is not None and cached[0] is self.status and cached[1] == self.deadline:
+            return cached[2]
+        text = orjson.dumps(self.view()).decode()
+        self._encoded = (self.status, self.deadline, text)
+        return text
 
     def view(self) -> dict[str, Any]:
         """The wire shape of a request (docs/protocol.md)."""

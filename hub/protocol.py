@@ -847,6 +847,31 @@ def inbox_remove_frame(view: dict[str, Any]) -> dict[str, Any]:
     return {"type": T.INBOX_REMOVE, "op_id": view["op_id"], "request": view}
 
 
+# The same frames as text, around a request view already encoded (``Request.view_text``):
+# the view is encoded once per transition and spliced into the reply and every push. Each
+# gives exactly what ``encode_text`` gives for the frame built by its dict twin above.
+
+def ok_request_text(frame_id: int, view: str, attached: bool = False) -> str:
+    """``encode_text(ok_frame(frame_id, request=..., [attached=True]))``."""
+    tail = ',"attached":true}' if attached else "}"
+    return f'{{"type":"ok","id":{int(frame_id)},"request":{view}{tail}'
+
+
+def resolved_text(view: str) -> str:
+    """``encode_text(resolved_frame(...))``."""
+    return f'{{"type":"resolved","request":{view}}}'
+
+
+def inbox_add_text(view: str) -> str:
+    """``encode_text(inbox_add_frame(...))``."""
+    return f'{{"type":"inbox.add","request":{view}}}'
+
+
+def inbox_remove_text(op_id: str, view: str) -> str:
+    """``encode_text(inbox_remove_frame(...))``."""
+    return f'{{"type":"inbox.remove","op_id":{orjson.dumps(op_id).decode()},"request":{view}}}'
+
+
 def reconnect_frame(after_ms: tuple[int, int]) -> dict[str, Any]:
     """Tell a client the hub is going away and how long to pause (a random pause in the
     range) before reconnecting."""

@@ -44,6 +44,7 @@ from hub.protocol import (
     error_frame,
     hello_frame,
     ok_frame,
+    ok_request_text,
 )
 from hub.server.auth import authenticate
 from hub.service import HubService, listing
@@ -136,10 +137,15 @@ class Session:
                     self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
                 return
             assert r.request is not None
-            if r.attached:
-                self.send(ok_frame(fid, request=r.request.view(), attached=True))
+            try:
+                # The view encoded once for this state, shared with the pushes.
+                text = ok_request_text(fid, r.request.view_text(), r.attached)
+            except TypeError:
+                # Not encodable: send() answers with an error frame instead.
+                self.send(ok_frame(fid, request=r.request.view(),
+                                   **({"attached": True} if r.attached else {})))
             else:
-                self.send(ok_frame(fid, request=r.request.view()))
+                self.conn.push(text)
             if op_id is not None and r.request.terminal:
                 self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
         return reply
