@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,10 @@ def apply_op(conn: sqlite3.Connection, op: Op) -> Request | None | bool:
     return _fetch(conn, req.tenant, req.op_id)
 
 
+def _apply_ops(ops: list[Op], conn: sqlite3.Connection) -> list[Request | None | bool]:
+    return [apply_op(conn, op) for op in ops]
+
+
 # ---------------------------------------------------------------------------- the writer
 
 #: Primary result codes that concern the database as a whole, not one item: when one of
@@ -374,15 +379,40 @@ class _Writer:
         _post(job.fut, [job.fut], [result])
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        """One transaction for the batch. Every statement costs a hand-over of the GIL
+        (the sqlite3 module releases it around each), so the common shapes take the
+        fewest: a lone job runs without a savepoint (its failure rolls back the whole
+        transaction, which holds nothing else), and a batch of request ops only is
+        applied in bulk without one (a compare-and-set that did not match rolls the
+        transaction back and the batch is applied again item by item)."""
         results: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if len(batch) == 1:
+                results = [self._lone(conn, batch[0])]
+                if results[0][0]:
+                    conn.execute("COMMIT")
+                self.commits += 1
+                self.items += 1
+                self.max_batch = max(self.max_batch, 1)
+                _post(batch[0].fut, [batch[0].fut], results)
+                return
             i = 0
+            bulk_failed = False
+            if _BULK_OK and all(job.ops is not None for job in batch):
+                group = [job.ops or [] for job in batch]
+                if _bulk(conn, [op for ops in group for op in ops], savepoint=False):
+                    results.extend((True, [True] * len(ops)) for ops in group)
+                    i = len(batch)
+                else:  # nothing of it stays: start again, item by item
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    bulk_failed = True
             while i < len(batch):
                 j = i
                 while j < len(batch) and batch[j].ops is not None:
                     j += 1
-                if j - i >= 2:
+                if j - i >= 2 and not (bulk_failed and i == 0 and j == len(batch)):
                     group = [batch[k].ops or [] for k in range(i, j)]
                     if _bulk(conn, [op for ops in group for op in ops]):
                         results.extend((True, [True] * len(ops)) for ops in group)
@@ -424,6 +454,22 @@ class _Writer:
         self.max_batch = max(self.max_batch, len(batch))
         _post(batch[0].fut, [job.fut for job in batch], results)
 
+    def _lone(self, conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
+        """Run the only job of a transaction, without a savepoint: on failure the whole
+        transaction is rolled back (the caller then does not commit)."""
+        try:
+            return (True, job.fn(conn))
+        except sqlite3.DatabaseError as exc:
+            if _whole_batch(exc):
+                raise
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return (False, StoreError(str(exc)))
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return (False, exc)
+
 
 def _post(any_fut: asyncio.Future[Any], futs: list[asyncio.Future[Any]],
           results: list[tuple[bool, Any]]) -> None:
@@ -450,9 +496,12 @@ _EXT = ("UPDATE requests SET deadline = json_extract(v.value, '$[2]') FROM json_
         "AND requests.op_id = json_extract(v.value, '$[1]') AND requests.status = 'pending'")
 
 
-def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
+def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) -> bool:
     """Apply request ops with one statement per kind (one GIL hand-off each, instead of
-    three per op); False (nothing applied) if any compare-and-set did not match."""
+    three per op); False (nothing applied) if any compare-and-set did not match.
+
+    Without ``savepoint`` (the ops are all the transaction holds) a False means the
+    caller must roll the transaction back: part of the ops may have been applied."""
     ins, ext, res = [], [], []
     for op in ops:
         r = op.request
@@ -470,7 +519,8 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
             ext.append((r.tenant, r.op_id, r.deadline))
     if not _BULK_OK:
         return False
-    conn.execute("SAVEPOINT bulk")
+    if savepoint:
+        conn.execute("SAVEPOINT bulk")
     before = conn.total_changes
     try:
         # Inserts first: a batch may create a request and resolve it in one go.
@@ -480,14 +530,17 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
     except sqlite3.OperationalError as exc:
         if _whole_batch(exc):
             raise
-        conn.execute("ROLLBACK TO bulk")
-        conn.execute("RELEASE bulk")
+        if savepoint:
+            conn.execute("ROLLBACK TO bulk")
+            conn.execute("RELEASE bulk")
         return False
     if conn.total_changes - before == len(ops):
-        conn.execute("RELEASE bulk")
+        if savepoint:
+            conn.execute("RELEASE bulk")
         return True
-    conn.execute("ROLLBACK TO bulk")
-    conn.execute("RELEASE bulk")
+    if savepoint:
+        conn.execute("ROLLBACK TO bulk")
+        conn.execute("RELEASE bulk")
     return False
 
 
@@ -624,12 +677,8 @@ class SQLiteStore:
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
         if not ops:
             return []
-
-        def fn(c: sqlite3.Connection) -> list[Request | None | bool]:
-            return [apply_op(c, op) for op in ops]
-
         # ops=: lets the writer apply neighbouring jobs' ops in bulk
-        return list(await self._writer.submit(fn, ops=ops))
+        return list(await self._writer.submit(partial(_apply_ops, ops), ops=ops))
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
