@@ -58,48 +58,51 @@ RULES: list[tuple[str, str, str]] = [
 ]
 _COMPILED = [(s, re.compile(f), re.compile(p)) for s, f, p in RULES]
 
-#: lines of hub/store/sqlite.py ``_Writer._commit`` that are the commit itself (fsync)
 COMMIT_STAGE = "commit + fsync (COMMIT)"
 SQL_STAGE = "commit (SQL statements)"
 
 
-def _writer_stage(frames: list[tuple[str, str, int]], commit_lines: set[int]) -> str | None:
+def _writer_stage(frames: list[tuple[str, str, int]], src: dict[str, list[str]]) -> str:
+    """A writer-thread sample: the SQL statement, the COMMIT (fsync), the row building
+    around them, or the queue."""
     for fn, path, line in reversed(frames):
-        if not path.endswith("sqlite.py"):
+        name = path.rsplit("/", 1)[-1]
+        if name not in src:
             continue
-        if fn == "_commit":
-            return COMMIT_STAGE if line in commit_lines else SQL_STAGE
-        if fn in ("_bulk", "apply_op"):
-            # the statements inside are SQL; the row building around them is encode
-            return None
-        if fn == "_run":
+        text = src[name][line - 1] if 0 < line <= len(src[name]) else ""
+        if '"COMMIT"' in text:
+            return COMMIT_STAGE
+        if "execute" in text or "fetch" in text or "total_changes" in text:
+            return SQL_STAGE
+        if name == "sqlite.py" and fn.endswith(("_run", "submit", "_post", "get")):
             return "hand-off (queues, futures, thread wake-ups)"
-    return None
+        if name in ("journal_sql.py",):
+            return "journal (decide + SQL shell)"
+        return "store encode (ops → rows)"
+    return SQL_STAGE
 
 
-def classify(frames: list[tuple[str, str, int]], thread: str,
-             commit_lines: set[int]) -> str:
+def classify(frames: list[tuple[str, str, int]]) -> str:
     for fn, path, _line in reversed(frames):
         if path.endswith("sqlite3/__init__.py") or fn == "execute" and "sqlite" in path:
             break
         for stage, fre, pre in _COMPILED:
-            if pre.search(path) and fre.match(fn):
+            if pre.search(path) and fre.match(fn.rsplit(".", 1)[-1]):
                 return stage
     return "other"
 
 
-def _commit_lines() -> set[int]:
-    """Line numbers of ``conn.execute("COMMIT")`` in hub/store/sqlite.py."""
+def _sources() -> dict[str, list[str]]:
+    """The store's source lines (of the tree this file belongs to: the profiled one)."""
     from pathlib import Path
 
-    src = Path(__file__).resolve().parents[1] / "hub" / "store" / "sqlite.py"
-    return {i for i, line in enumerate(src.read_text().splitlines(), 1)
-            if 'execute("COMMIT")' in line}
+    root = Path(__file__).resolve().parents[1] / "hub" / "store"
+    return {name: (root / name).read_text().splitlines()
+            for name in ("sqlite.py", "journal_sql.py", "rows.py")}
 
 
-def budget(path: str, us_per_cycle: float | None = None,
-           commit_lines: set[int] | None = None) -> tuple[Counter[str], int, Counter[str]]:
-    lines = commit_lines if commit_lines is not None else _commit_lines()
+def budget(path: str) -> tuple[Counter[str], int, Counter[str]]:
+    src = _sources()
     stages: Counter[str] = Counter()
     unmatched: Counter[str] = Counter()
     total = 0
@@ -123,29 +126,15 @@ def budget(path: str, us_per_cycle: float | None = None,
                     frames.append((fm.group(1), fm.group(2), int(fm.group(3))))
                 else:
                     frames.append((p, "", 0))
-            stage = _classify_writer_first(frames, thread, lines)
+            if thread.startswith("a2h-sqlite-writer"):
+                stage = _writer_stage(frames, src)
+            else:
+                stage = classify(frames)
             stages[stage] += n
             total += n
             if stage == "other" and frames:
                 unmatched[f"{frames[-1][0]} ({frames[-1][1].rsplit('/', 1)[-1]})"] += n
-    del us_per_cycle
     return stages, total, unmatched
-
-
-def _classify_writer_first(frames: list[tuple[str, str, int]], thread: str,
-                           commit_lines: set[int]) -> str:
-    if thread.startswith("a2h-sqlite-writer"):
-        # store encode inside _bulk/apply_op, unless the leaf is a sqlite3 call
-        leaf = frames[-1] if frames else ("", "", 0)
-        if leaf[0] in ("_bulk", "apply_op", "_payload", "request_payload", "dumps") or \
-                leaf[1].endswith("rows.py"):
-            return "store encode (ops → rows)"
-        for fn, path, _ in reversed(frames):
-            if path.endswith("journal_sql.py") or path.endswith("journal.py"):
-                return "journal (decide + SQL shell)"
-        w = _writer_stage(frames, commit_lines)
-        return w if w is not None else SQL_STAGE
-    return classify(frames, thread, commit_lines)
 
 
 def render(path: str, us_per_cycle: float | None, unmatched_top: int = 0) -> str:
