@@ -299,7 +299,7 @@ class _Writer:
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._sync = synchronous
-        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -322,6 +322,15 @@ class _Writer:
         self._q.put(_Job(fn, fut, ops, outside))
         return fut
 
+    def submit_ops(self, batches: list[list[Op]]) -> list[asyncio.Future[Any]]:
+        """Submit several callers' request ops with one hand-off to the thread (one queue
+        item, at most one wake-up); each keeps its own savepoint and future."""
+        loop = asyncio.get_running_loop()
+        jobs = [_Job(partial(_apply_ops, ops), loop.create_future(), ops) for ops in batches]
+        self.queued += len(jobs)
+        self._q.put(jobs)
+        return [job.fut for job in jobs]
+
     def stop(self) -> None:
         if self._thread.is_alive():
             self._q.put(None)
@@ -340,7 +349,7 @@ class _Writer:
                 first = self._q.get()
                 if first is None:
                     return
-                batch = [first]
+                batch = first if isinstance(first, list) else [first]
                 stop = False
                 while True:
                     try:
@@ -350,7 +359,10 @@ class _Writer:
                     if item is None:
                         stop = True
                         break
-                    batch.append(item)
+                    if isinstance(item, list):
+                        batch.extend(item)
+                    else:
+                        batch.append(item)
                 group: list[_Job] = []
                 for job in batch:
                     if job.outside:
@@ -679,6 +691,12 @@ class SQLiteStore:
             return []
         # ops=: lets the writer apply neighbouring jobs' ops in bulk
         return list(await self._writer.submit(partial(_apply_ops, ops), ops=ops))
+
+    def apply_soon(self, batches: list[list[Op]]) -> list[asyncio.Future[Any]]:
+        """:meth:`apply` for several callers at once, without a coroutine: one future
+        each (its result is what ``apply`` returns), one hand-off to the writer for all.
+        The room host uses it to commit every room that decided in one loop iteration."""
+        return self._writer.submit_ops(batches)
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
