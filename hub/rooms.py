@@ -1,12 +1,22 @@
-"""The actor host: one task per live room, a bounded mailbox, idle eviction, rebuild on touch.
+"""The actor host: a live room per conversation, a bounded mailbox, idle eviction, rebuild on
+touch.
 
-A room is a cache and a serializer (invariant 6). Its task takes every message waiting in
-its mailbox, lets the sans-I/O core decide, commits the batch's store operations in one
-group commit, and only then carries out replies and pushes (persist, then publish). While
-a commit runs, new messages queue in the mailbox; when the mailbox is full, ``post``
-raises :class:`Overloaded` at once (invariant 8) and other rooms are unaffected.
+A room is a cache and a serializer (invariant 6). One step at a time per room: it takes
+every message waiting in its mailbox, lets the sans-I/O core decide, commits the batch's
+store operations in one group commit, and only then carries out replies and pushes
+(persist, then publish). While a commit runs, new messages queue in the mailbox; when the
+mailbox is full, ``post`` raises :class:`Overloaded` at once (invariant 8) and other rooms
+are unaffected.
 
-An idle room (empty mailbox, nothing in flight, untouched for ``idle_seconds``) is
+Steps are driven by callbacks, not by a task per room: ``post`` marks the room ready, one
+callback per loop iteration decides the batches of every ready room and hands all their
+commits to the store together (``Store.apply_soon`` where the backend has it: one hand-off
+for the whole iteration), and the commit's completion carries the effects out. A room
+needs a task only for a step that must wait on the store before it can decide — a rebuild,
+a request not in its cache, a redo after the store disagreed, every step of a room
+validated against a shared store — and that task lives for that one step.
+
+An idle room (empty mailbox, no step in flight, untouched for ``idle_seconds``) is
 dropped; its sockets stay with the gateway. The next message for it rebuilds it from the
 store before handling anything.
 """
@@ -18,6 +28,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hub.clock import Clock, Timer
@@ -26,7 +37,10 @@ from hub.core import (
     Decision,
     Effect,
     Event,
+    Op,
     Replied,
+    Request,
+    Resolve,
     RoomCore,
 )
 from hub.faults import crash_point
@@ -37,6 +51,7 @@ log = logging.getLogger("a2h.rooms")
 
 RoomKey = tuple[str, str]  # (tenant, conversation)
 Reply = Callable[[Replied], None]
+Decided = list[tuple["Envelope", Decision]]
 
 
 @dataclass(slots=True)
@@ -47,49 +62,100 @@ class Envelope:
 
 
 class Room:
-    __slots__ = ("key", "host", "core", "mailbox", "task", "last_active", "busy", "_wake",
-                 "stopping", "__weakref__")
+    __slots__ = ("key", "host", "core", "mailbox", "last_active", "busy", "queued",
+                 "terminal", "__weakref__")
 
     def __init__(self, key: RoomKey, host: RoomHost) -> None:
         self.key = key
         self.host = host
         self.core: RoomCore | None = None
         self.mailbox: deque[Envelope] = deque()
-        self.task: asyncio.Task[None] | None = None
         self.last_active = host.clock.now()
+        #: a step is in flight (deciding, committing or carrying out): one at a time
         self.busy = False
-        self._wake: asyncio.Future[None] | None = None
-        self.stopping = False
+        #: waiting in the host's ready list for the next iteration
+        self.queued = False
+        #: op_ids that may be terminal in the cache, oldest first: the cache is trimmed
+        #: from these, not by scanning every request (a flooded room holds thousands)
+        self.terminal: deque[str] = deque()
 
     @property
     def name(self) -> str:
         return f"{self.key[0]}:{self.key[1]}"
 
-    def wake(self) -> None:
-        w = self._wake
-        if w is not None and not w.done():
-            w.set_result(None)
+    # -- the fast path: decide now, commit with the iteration's other rooms
 
-    async def run(self) -> None:
+    def take_batch(self) -> list[Envelope] | None:
+        """The batch a step can decide without waiting on the store, or None if the
+        first message needs the store (then the step runs in a task)."""
+        host = self.host
+        core = self.core
+        if host.validate or core is None:
+            return None
+        batch: list[Envelope] = []
+        inserting: set[str] = set()
+        mailbox = self.mailbox
+        while mailbox and len(batch) < host.max_batch:
+            env = mailbox[0]
+            event = env.event
+            op_id = event.op_id
+            if op_id in inserting:
+                break
+            if isinstance(event, AskReceived):
+                inserting.add(op_id)
+            elif op_id not in core.requests:
+                break  # not cached: ask the store (in a task), after this batch
+            mailbox.popleft()
+            batch.append(env)
+        return batch or None
+
+    def decide(self, batch: list[Envelope], now: float) -> tuple[Decided, list[Op]]:
+        core = self.core
+        assert core is not None
+        decisions: Decided = []
+        ops: list[Op] = []
+        for env in batch:
+            try:
+                d = core.handle(env.event, now)
+            except Exception:
+                log.exception("room=%s rid=%s core failed on %r", self.name, env.rid, env.event)
+                d = Decision(after=[Replied(error=RetryLater("internal error"))])
+            decisions.append((env, d))
+            ops.extend(d.ops)
+        return decisions, ops
+
+    def committed(self, decisions: Decided, now: float, fut: asyncio.Future[Any]) -> None:
+        """The store answered a fast-path commit: carry the effects out (persist, then
+        publish), or hand what needs another store round trip to a task."""
         try:
-            while True:
-                if not self.mailbox:
-                    if self.stopping:
-                        return
-                    self._wake = asyncio.get_running_loop().create_future()
-                    await self._wake
-                    self._wake = None
-                    continue
-                self.busy = True
-                try:
-                    await self._step()
-                finally:
-                    self.busy = False
-                    self.last_active = self.host.clock.now()
-        finally:
-            self.host._exited(self)
+            results = fut.result()
+        except BaseException as exc:  # noqa: BLE001 - cancelled, or the commit failed
+            self._commit_failed(decisions, exc)
+            self.host.step_done(self)
+            return
+        crash_point("room.after_commit")
+        i = 0
+        for k, (env, d) in enumerate(decisions):
+            n = len(d.ops)
+            mine = results[i:i + n]
+            if any(r is not True for r in mine):
+                # The store disagreed: the rest waits for the redo, in order.
+                self.host.spawn(self, self._finish(decisions[k:], results[i:], now))
+                return
+            i += n
+            self.carry_out(env, d)
+        self.trim()
+        self.host.step_done(self)
 
-    async def _step(self) -> None:
+    # -- the slow path: a task for a step that waits on the store first
+
+    async def slow_step(self) -> None:
+        try:
+            await self._slow_step()
+        finally:
+            self.host.step_done(self)
+
+    async def _slow_step(self) -> None:
         host = self.host
         if host.validate:
             self.core = None  # a cache validated against the store: re-read it
@@ -101,6 +167,7 @@ class Room:
                 self._fail_all(RetryLater("store unavailable; retry"))
                 return
             self.core = RoomCore(self.key[0], self.key[1], reqs)
+            self.terminal.clear()
             host.rebuilds += 1
             host.on_loaded(self.core)
         core = self.core
@@ -120,39 +187,29 @@ class Room:
             elif op_id not in core.requests:
                 # Not cached (resolved earlier, or created elsewhere): ask the store.
                 try:
-                    core.reconcile(op_id, await host.store.get_request(self.key[0], op_id))
+                    self.reconcile(op_id, await host.store.get_request(self.key[0], op_id))
                 except Exception:
                     log.exception("room=%s op=%s lookup failed", self.name, op_id)
         now = host.clock.now()
-        decisions: list[tuple[Envelope, Decision]] = []
-        ops = []
-        for env in batch:
-            try:
-                d = core.handle(env.event, now)
-            except Exception:
-                log.exception("room=%s rid=%s core failed on %r", self.name, env.rid, env.event)
-                d = Decision(after=[Replied(error=RetryLater("internal error"))])
-            decisions.append((env, d))
-            ops.extend(d.ops)
+        decisions, ops = self.decide(batch, now)
         try:
             results = await host.store.apply(ops) if ops else []
         except Exception as exc:
-            log.error("room=%s commit failed: %s", self.name, exc)
-            self.core = None  # the cache may now be ahead of the store: rebuild
-            for env, _ in decisions:
-                _reply(env, Replied(error=RetryLater("store unavailable; retry")))
+            self._commit_failed(decisions, exc)
             return
         if ops:
             crash_point("room.after_commit")
+        await self._finish(decisions, results, now)
+
+    async def _finish(self, decisions: Decided, results: list[Any], now: float) -> None:
         i = 0
         for env, d in decisions:
             n = len(d.ops)
             mine, i = results[i:i + n], i + n
             if any(r is not True for r in mine):
                 d = await self._redo(env, d, mine, now)
-            self._carry_out(env, d)
-        if len(core.requests) > host.cache_terminal:
-            core.forget_terminal()
+            self.carry_out(env, d)
+        self.trim()
 
     async def _redo(self, env: Envelope, d: Decision, results: list[Any], now: float) -> Decision:
         """The store disagreed with the cache: adopt the store's rows, decide again."""
@@ -162,7 +219,7 @@ class Room:
             if r is not True:
                 log.info("room=%s rid=%s op=%s store disagreed (%s); redoing",
                          self.name, env.rid, op.request.op_id, type(op).__name__)
-                core.reconcile(op.request.op_id, r)
+                self.reconcile(op.request.op_id, r)
         d2 = core.handle(env.event, now)
         if d2.ops:
             try:
@@ -175,7 +232,21 @@ class Room:
                 return Decision(after=[Replied(error=RetryLater("concurrent change; retry"))])
         return d2
 
-    def _carry_out(self, env: Envelope, d: Decision) -> None:
+    # -- shared
+
+    def reconcile(self, op_id: str, stored: Request | None) -> None:
+        core = self.core
+        assert core is not None
+        core.reconcile(op_id, stored)
+        self.terminal.append(op_id)
+
+    def _commit_failed(self, decisions: Decided, exc: BaseException) -> None:
+        log.error("room=%s commit failed: %s", self.name, exc)
+        self.core = None  # the cache may now be ahead of the store: rebuild
+        for env, _ in decisions:
+            _reply(env, Replied(error=RetryLater("store unavailable; retry")))
+
+    def carry_out(self, env: Envelope, d: Decision) -> None:
         """Pushes first, then the caller's reply (the pushes are the fast path to everyone
         else; the reply is the caller's acknowledgement)."""
         emit = self.host.emit
@@ -189,9 +260,25 @@ class Room:
                 except Exception:
                     log.exception("room=%s rid=%s effect failed", self.name, env.rid)
         if d.ops:
+            for op in d.ops:
+                if isinstance(op, Resolve):
+                    self.terminal.append(op.request.op_id)
             crash_point("room.after_push")
         for r in replies:
             _reply(env, r)
+
+    def trim(self) -> None:
+        """Drop resolved requests from the cache (the store keeps them) once it holds more
+        than ``cache_terminal``: only those that may be terminal are looked at."""
+        core = self.core
+        if core is None or len(core.requests) <= self.host.cache_terminal:
+            return
+        requests = core.requests
+        terminal = self.terminal
+        while terminal:
+            req = requests.get(terminal.popleft())
+            if req is not None and req.terminal:
+                del requests[req.op_id]
 
     def _fail_all(self, exc: Exception) -> None:
         while self.mailbox:
@@ -207,7 +294,7 @@ def _reply(env: Envelope, r: Replied) -> None:
 
 
 class RoomHost:
-    """Registry of live rooms."""
+    """Registry of live rooms, and the scheduler of their steps."""
 
     def __init__(self, store: Store, clock: Clock, emit: Callable[[Effect, str], None], *,
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
@@ -226,7 +313,12 @@ class RoomHost:
         self.validate = validate
         self.on_evicted = on_evicted or (lambda n: None)
         self.rooms: dict[RoomKey, Room] = {}
+        #: tasks of slow steps (each one step of one room)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ready: list[Room] = []
+        self._tick = False
+        self._busy = 0
+        self._drained: asyncio.Future[None] | None = None
         self._sweep_timer: Timer | None = None
         self.rebuilds = 0
         self.evictions = 0
@@ -245,9 +337,6 @@ class RoomHost:
                 raise RetryLater("hub is shutting down")
             room = Room(key, self)
             self.rooms[key] = room
-            task = asyncio.get_running_loop().create_task(room.run(), name=f"room {room.name}")
-            room.task = task
-            self._tasks.add(task)
         if len(room.mailbox) >= self.mailbox_size:
             self.overloaded += 1
             log.warning("room=%s rid=%s overloaded (%d queued)", room.name, env.rid,
@@ -255,15 +344,68 @@ class RoomHost:
             raise Overloaded(f"room {key[1]!r} is overloaded; not retrying is the right call")
         room.mailbox.append(env)
         room.last_active = self.clock.now()
-        room.wake()
+        if not room.busy and not room.queued:
+            self._schedule(room)
 
-    def _exited(self, room: Room) -> None:
-        if self.rooms.get(room.key) is room:
-            del self.rooms[room.key]
-        if room.task is not None:
-            self._tasks.discard(room.task)
-        room.task = None
-        room.core = None
+    def _schedule(self, room: Room) -> None:
+        room.queued = True
+        self._ready.append(room)
+        if not self._tick:
+            self._tick = True
+            asyncio.get_running_loop().call_soon(self._run_ready)
+
+    def _run_ready(self) -> None:
+        """Start a step in every ready room; the fast ones' commits go to the store
+        together."""
+        self._tick = False
+        ready, self._ready = self._ready, []
+        now = self.clock.now()
+        commits: list[tuple[Room, Decided, list[Op]]] = []
+        for room in ready:
+            room.queued = False
+            if room.busy or not room.mailbox:
+                continue
+            room.busy = True
+            self._busy += 1
+            batch = room.take_batch()
+            if batch is None:
+                self.spawn(room, room.slow_step(), step=False)
+                continue
+            decisions, ops = room.decide(batch, now)
+            if ops:
+                commits.append((room, decisions, ops))
+                continue
+            for env, d in decisions:  # nothing to commit: answer at once
+                room.carry_out(env, d)
+            self.step_done(room)
+        if commits:
+            # One hand-off for every room of this iteration where the store allows it.
+            apply_soon = getattr(self.store, "apply_soon", None)
+            if apply_soon is not None:
+                futs: list[asyncio.Future[Any]] = apply_soon([ops for _, _, ops in commits])
+            else:
+                futs = [asyncio.ensure_future(self.store.apply(ops)) for _, _, ops in commits]
+            for (room, decisions, _), fut in zip(commits, futs):
+                fut.add_done_callback(partial(room.committed, decisions, now))
+
+    def spawn(self, room: Room, work: Any, *, step: bool = True) -> None:
+        """Run ``work`` (the rest of ``room``'s step) in a task owned here."""
+        if step:
+            work = _then(work, room)
+        task = asyncio.get_running_loop().create_task(work, name=f"room {room.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def step_done(self, room: Room) -> None:
+        room.busy = False
+        room.last_active = self.clock.now()
+        self._busy -= 1
+        if room.mailbox:
+            self._schedule(room)
+        elif not self._busy and not self._ready:
+            d = self._drained
+            if d is not None and not d.done():
+                d.set_result(None)
 
     def evict(self, key: RoomKey) -> bool:
         """Drop an idle room from memory now. False if it is busy or has mail."""
@@ -271,9 +413,8 @@ class RoomHost:
         if room is None or room.busy or room.mailbox:
             return False
         del self.rooms[key]
-        room.stopping = True
         room.core = None
-        room.wake()
+        room.terminal.clear()
         self.evictions += 1
         return True
 
@@ -299,19 +440,18 @@ class RoomHost:
         self._schedule_sweep()
 
     async def aclose(self) -> None:
-        """Let rooms finish what they hold, then stop them."""
+        """Let rooms finish what they hold (up to 5 s), then stop them."""
         self.closed = True
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
-        for room in list(self.rooms.values()):
-            room.stopping = True
-            room.wake()
-        if self._tasks:
-            done, pending = await asyncio.wait(list(self._tasks), timeout=5)
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        if self._busy or self._ready:
+            self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._drained], timeout=5)
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
         self.rooms.clear()
 
     def statistics(self) -> dict[str, Any]:
@@ -322,3 +462,11 @@ class RoomHost:
             "evictions": self.evictions,
             "overloaded": self.overloaded,
         }
+
+
+async def _then(work: Any, room: Room) -> None:
+    """The rest of a fast step that needed the store again; the step ends with it."""
+    try:
+        await work
+    finally:
+        room.host.step_done(room)
