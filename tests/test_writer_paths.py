@@ -13,6 +13,7 @@ import pytest
 
 from hub.core import Insert, Resolve
 from hub.protocol import Status
+from hub.store import StoreError
 from hub.store.sqlite import SQLiteStore
 from tests.test_store_contract import new_request
 
@@ -59,7 +60,7 @@ async def test_lone_job_failure_rolls_back_and_the_next_commits(tmp_path: Path) 
         with pytest.raises(ValueError):
             await store._write(half_then_fail)
         assert await store._read("SELECT 1 FROM tenants WHERE name='half'") == []
-        with pytest.raises(Exception):
+        with pytest.raises(StoreError):
             await store._write(lambda c: c.execute("INSERT INTO nowhere VALUES (1)"))
         assert await store.apply([Insert(new_request("after"))]) == [True]
         assert await store.get_request("t", "after") is not None
