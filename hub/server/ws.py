@@ -56,6 +56,9 @@ log = logging.getLogger("a2h.ws")
 #: handler(session, frame)``. Each handler checks roles itself.
 FrameHandler = Callable[["Session", Any], Awaitable[None]]
 
+#: Frames one socket may have handled in a row before it lets the loop run others.
+FAIR_FRAMES = 8
+
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
 
@@ -251,6 +254,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),
                              hub.settings.heartbeat))
+    handled = 0
     try:
         while True:
             msg = await websocket.receive()
@@ -272,6 +276,12 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             await session.handle(text)
             if conn.closed:
                 break
+            handled += 1
+            if handled >= FAIR_FRAMES:
+                # Frames that arrived together are all queued already: handled back to
+                # back, a burst from one socket would hold the loop from everyone else.
+                handled = 0
+                await asyncio.sleep(0)
     except Exception as exc:  # the socket broke under us
         log.debug("conn=%s ended: %r", conn.id, exc)
     finally:
