@@ -63,7 +63,7 @@ class Envelope:
 
 class Room:
     __slots__ = ("key", "host", "core", "mailbox", "last_active", "busy", "queued",
-                 "terminal", "__weakref__")
+                 "terminal", "refused", "refusal_logged", "__weakref__")
 
     def __init__(self, key: RoomKey, host: RoomHost) -> None:
         self.key = key
@@ -78,6 +78,9 @@ class Room:
         #: op_ids that may be terminal in the cache, oldest first: the cache is trimmed
         #: from these, not by scanning every request (a flooded room holds thousands)
         self.terminal: deque[str] = deque()
+        #: messages refused (overloaded) since the last log line about it, and when
+        self.refused = 0
+        self.refusal_logged = -1e18
 
     @property
     def name(self) -> str:
@@ -338,14 +341,38 @@ class RoomHost:
             room = Room(key, self)
             self.rooms[key] = room
         if len(room.mailbox) >= self.mailbox_size:
-            self.overloaded += 1
-            log.warning("room=%s rid=%s overloaded (%d queued)", room.name, env.rid,
-                        len(room.mailbox))
-            raise Overloaded(f"room {key[1]!r} is overloaded; not retrying is the right call")
+            self._refuse(room, env.rid)
         room.mailbox.append(env)
         room.last_active = self.clock.now()
         if not room.busy and not room.queued:
             self._schedule(room)
+
+    def admit(self, key: RoomKey, rid: str = "-") -> None:
+        """Refuse now what ``post`` would refuse (a full mailbox), before the caller spends
+        anything on the message.
+
+        Raises:
+            Overloaded: the room's mailbox is full. Not retryable.
+        """
+        room = self.rooms.get(key)
+        if room is not None and len(room.mailbox) >= self.mailbox_size:
+            self._refuse(room, rid)
+
+    #: Seconds between two log lines about one overloaded room.
+    OVERLOAD_LOG_EVERY = 1.0
+
+    def _refuse(self, room: Room, rid: str) -> None:
+        """Answer ``overloaded``. A flooded room refuses thousands of messages a second:
+        one log line per room per second, counting the refusals since the last."""
+        self.overloaded += 1
+        room.refused += 1
+        now = self.clock.now()
+        if now - room.refusal_logged >= self.OVERLOAD_LOG_EVERY:
+            log.warning("room=%s rid=%s overloaded (%d queued; %d refused since the last "
+                        "line)", room.name, rid, len(room.mailbox), room.refused)
+            room.refusal_logged = now
+            room.refused = 0
+        raise Overloaded(f"room {room.key[1]!r} is overloaded; not retrying is the right call")
 
     def _schedule(self, room: Room) -> None:
         room.queued = True

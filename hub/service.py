@@ -327,8 +327,11 @@ class HubService:
             NotFound: no such human in the caller's tenant.
             LimitExceeded: a size or count limit (its code says which).
         """
-        size = await self.check_ask(who, ask, schema, tools)
         tenant = who.tenant
+        # A full room refuses before the ask is checked and counted: refusing is what a
+        # flooded room does thousands of times a second.
+        self.rooms.admit((tenant, ask.conversation), rid)
+        size = await self.check_ask(who, ask, schema, tools)
 
         def settle(r: Replied) -> None:
             # A new request keeps the place it reserved until it resolves; a refused ask or
