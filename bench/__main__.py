@@ -164,11 +164,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     r = cycles_once("hub", args.n, plan, on_window=attach, rate=args.rate_per_agent)
     time.sleep(2)
     print(f"{r['cycles_per_s']:.0f} cycles/s; answer->agent {r['answer_to_agent_ms']}; "
-          f"server loop util {r['server_loop_util']}; clients {r['client_cpu_util']}")
+          f"server CPU {r['server_cpu_us_per_cycle']} µs/cycle; server loop util "
+          f"{r['server_loop_util']}; clients {r['client_cpu_util']}; other jobs "
+          f"{r['other_cpu_util']} cores; commits {r.get('store_commits')} (mean batch "
+          f"{r.get('store_mean_batch')})")
+    from bench._budget import render
     from bench._collapse import summarize
 
     if (RESULTS / "profile.txt").exists():
         print(summarize(str(RESULTS / "profile.txt"), 40))
+        if not args.gil:  # the budget needs every thread's samples
+            print()
+            print(render(str(RESULTS / "profile.txt"), r["server_cpu_us_per_cycle"]))
     return 0
 
 
