@@ -20,7 +20,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from hub.core import Replied
-from hub.gateway import Connection, inbox_tag, op_tag, token_tag
+from hub.gateway import Connection, WriteNow, inbox_tag, op_tag, token_tag
 from hub.protocol import (
     Ask,
     BinaryFrame,
@@ -223,6 +223,40 @@ class Session:
             self.send_error(RetryLater("internal error"), frame.id)
 
 
+def _write_now(websocket: WebSocket) -> WriteNow | None:
+    """Write frames straight through uvicorn's ``websockets-sansio`` protocol, several in
+    one ``transport.write``, without the ASGI ``send`` coroutines; None for any other
+    server (the in-process test client, another implementation): pushes then go through
+    ``websocket.send_text``.
+
+    The protocol is the owner of the ASGI ``receive`` callable this socket was given. The
+    checks are those of its own ``send`` for a ``websocket.send`` message: nothing once a
+    close was sent or the peer is gone, and nothing while the transport is paused (False:
+    the connection's writer task then waits for it through ``send_text``)."""
+    proto: Any = getattr(getattr(websocket, "_receive", None), "__self__", None)
+    if proto is None or type(proto).__name__ != "WebSocketsSansIOProtocol":
+        return None
+    ws_conn = getattr(proto, "conn", None)
+    transport = getattr(proto, "transport", None)
+    writable = getattr(proto, "writable", None)
+    if ws_conn is None or transport is None or writable is None or \
+            not hasattr(proto, "close_sent") or not hasattr(proto, "disconnected"):
+        return None
+    send_text = ws_conn.send_text
+    data_to_send = ws_conn.data_to_send
+
+    def write_now(frames: list[str]) -> bool:
+        if proto.close_sent or proto.disconnected or not writable.is_set() or \
+                transport.is_closing():
+            return False
+        for text in frames:
+            send_text(text.encode())
+        transport.write(b"".join(data_to_send()))
+        return True
+
+    return write_now
+
+
 async def websocket_endpoint(websocket: WebSocket) -> None:
     hub: HubService = websocket.app.state.hub
     try:
@@ -245,7 +279,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
-    conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
+    conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who,
+                      write_now=_write_now(websocket))
     session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
