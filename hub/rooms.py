@@ -63,7 +63,8 @@ class Envelope:
 
 class Room:
     __slots__ = ("key", "host", "core", "mailbox", "last_active", "busy", "queued",
-                 "terminal", "refused", "refusal_logged", "__weakref__")
+                 "terminal", "refused", "refusal_logged", "ask_tokens", "ask_refilled",
+                 "__weakref__")
 
     def __init__(self, key: RoomKey, host: RoomHost) -> None:
         self.key = key
@@ -81,6 +82,9 @@ class Room:
         #: messages refused (overloaded) since the last log line about it, and when
         self.refused = 0
         self.refusal_logged = -1e18
+        #: the room's ask bucket (RoomHost.admit)
+        self.ask_tokens = float(host.ask_burst)
+        self.ask_refilled = self.last_active
 
     @property
     def name(self) -> str:
@@ -303,8 +307,12 @@ class RoomHost:
                  mailbox_size: int = 1000, idle_seconds: float = 30.0, max_batch: int = 256,
                  cache_terminal: int = 16, on_loaded: Callable[[RoomCore], None] | None = None,
                  validate: bool = False,
-                 on_evicted: Callable[[int], None] | None = None) -> None:
+                 on_evicted: Callable[[int], None] | None = None,
+                 ask_rate: float = 0.0, ask_burst: int = 0) -> None:
         self.store = store
+        #: asks a room admits per second (a token bucket of ``ask_burst``); 0: no limit
+        self.ask_rate = ask_rate
+        self.ask_burst = max(1, ask_burst)
         self.clock = clock
         self.emit = emit
         self.mailbox_size = mailbox_size
@@ -348,20 +356,32 @@ class RoomHost:
             self._schedule(room)
 
     def admit(self, key: RoomKey, rid: str = "-") -> None:
-        """Refuse now what ``post`` would refuse (a full mailbox), before the caller spends
-        anything on the message.
+        """Admit a new ask to a room, before the caller spends anything on it: refuse now
+        what ``post`` would refuse (a full mailbox), and asks over the room's rate.
 
         Raises:
-            Overloaded: the room's mailbox is full. Not retryable.
+            Overloaded: the room's mailbox is full, or it takes asks faster than
+                ``ask_rate`` (bursts up to ``ask_burst``). Not retryable.
         """
         room = self.rooms.get(key)
-        if room is not None and len(room.mailbox) >= self.mailbox_size:
+        if room is None:
+            return  # a room not live has a full bucket and an empty mailbox
+        if len(room.mailbox) >= self.mailbox_size:
             self._refuse(room, rid)
+        rate = self.ask_rate
+        if rate > 0:
+            now = self.clock.now()
+            tokens = min(float(self.ask_burst), room.ask_tokens + (now - room.ask_refilled) * rate)
+            room.ask_refilled = now
+            if tokens < 1.0:
+                room.ask_tokens = tokens
+                self._refuse(room, rid, f"room {key[1]!r} takes asks faster than {rate:g}/s")
+            room.ask_tokens = tokens - 1.0
 
     #: Seconds between two log lines about one overloaded room.
     OVERLOAD_LOG_EVERY = 1.0
 
-    def _refuse(self, room: Room, rid: str) -> None:
+    def _refuse(self, room: Room, rid: str, why: str = "") -> None:
         """Answer ``overloaded``. A flooded room refuses thousands of messages a second:
         one log line per room per second, counting the refusals since the last."""
         self.overloaded += 1
@@ -372,7 +392,8 @@ class RoomHost:
                         "line)", room.name, rid, len(room.mailbox), room.refused)
             room.refusal_logged = now
             room.refused = 0
-        raise Overloaded(f"room {room.key[1]!r} is overloaded; not retrying is the right call")
+        raise Overloaded((why or f"room {room.key[1]!r} is overloaded") +
+                         "; not retrying is the right call")
 
     def _schedule(self, room: Room) -> None:
         room.queued = True

@@ -73,6 +73,8 @@ class HubService:
         # store decides (compare-and-set), a node's memory only routes.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
+                              ask_rate=settings.room_ask_rate,
+                              ask_burst=settings.room_ask_burst,
                               idle_seconds=settings.room_idle,
                               on_loaded=self._on_room_loaded,
                               validate=self.bus.distributed,
