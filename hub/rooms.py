@@ -131,15 +131,15 @@ class Room:
             ops.extend(d.ops)
         return decisions, ops
 
-    def committed(self, decisions: Decided, now: float, fut: asyncio.Future[Any]) -> None:
-        """The store answered a fast-path commit: carry the effects out (persist, then
-        publish), or hand what needs another store round trip to a task."""
-        try:
-            results = fut.result()
-        except BaseException as exc:  # noqa: BLE001 - cancelled, or the commit failed
-            self._commit_failed(decisions, exc)
+    def committed(self, decisions: Decided, now: float, ok: bool, value: Any) -> None:
+        """The store answered a fast-path commit (``value``: its results, or the error):
+        carry the effects out (persist, then publish), or hand what needs another store
+        round trip to a task."""
+        if not ok:
+            self._commit_failed(decisions, value)
             self.host.step_done(self)
             return
+        results = value
         crash_point("room.after_commit")
         i = 0
         for k, (env, d) in enumerate(decisions):
@@ -430,11 +430,13 @@ class RoomHost:
             # One hand-off for every room of this iteration where the store allows it.
             apply_soon = getattr(self.store, "apply_soon", None)
             if apply_soon is not None:
-                futs: list[asyncio.Future[Any]] = apply_soon([ops for _, _, ops in commits])
+                apply_soon([(ops, partial(room.committed, decisions, now))
+                            for room, decisions, ops in commits])
             else:
-                futs = [asyncio.ensure_future(self.store.apply(ops)) for _, _, ops in commits]
-            for (room, decisions, _), fut in zip(commits, futs):
-                fut.add_done_callback(partial(room.committed, decisions, now))
+                for room, decisions, ops in commits:
+                    fut = asyncio.ensure_future(self.store.apply(ops))
+                    fut.add_done_callback(partial(_outcome, partial(room.committed,
+                                                                    decisions, now)))
 
     def spawn(self, room: Room, work: Any, *, step: bool = True) -> None:
         """Run ``work`` (the rest of ``room``'s step) in a task owned here."""
@@ -510,6 +512,16 @@ class RoomHost:
             "evictions": self.evictions,
             "overloaded": self.overloaded,
         }
+
+
+def _outcome(done: Callable[[bool, Any], None], fut: asyncio.Future[Any]) -> None:
+    """A future's outcome as ``done(ok, value)``."""
+    try:
+        value = fut.result()
+    except BaseException as exc:  # noqa: BLE001 - cancelled, or the commit failed
+        done(False, exc)
+        return
+    done(True, value)
 
 
 async def _then(work: Any, room: Room) -> None:

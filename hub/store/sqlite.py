@@ -283,10 +283,15 @@ def _incremental_vacuum(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
+#: Told a job's outcome, in the loop's thread: ``(True, result)`` or ``(False, exception)``.
+Done = Callable[[bool, Any], None]
+
+
 @dataclass(slots=True)
 class _Job:
     fn: Callable[[sqlite3.Connection], Any]
-    fut: asyncio.Future[Any]
+    #: a future to complete, or a callback called at once with the outcome
+    fut: asyncio.Future[Any] | Done
     #: request ops the writer may apply in bulk with neighbouring jobs' ops
     ops: list[Op] | None = None
     #: run between batches, outside any transaction (PRAGMAs, incremental vacuum)
@@ -303,6 +308,8 @@ class _Writer:
         self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: the loop the callers wait in (results are delivered there)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
         self.items = 0
         self.max_batch = 0
@@ -317,19 +324,21 @@ class _Writer:
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any], *, ops: list[Op] | None = None,
                outside: bool = False) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = self._loop.create_future()
         self.queued += 1
         self._q.put(_Job(fn, fut, ops, outside))
         return fut
 
-    def submit_ops(self, batches: list[list[Op]]) -> list[asyncio.Future[Any]]:
+    def submit_ops(self, batches: list[tuple[list[Op], Done]]) -> None:
         """Submit several callers' request ops with one hand-off to the thread (one queue
-        item, at most one wake-up); each keeps its own savepoint and future."""
-        loop = asyncio.get_running_loop()
-        jobs = [_Job(partial(_apply_ops, ops), loop.create_future(), ops) for ops in batches]
+        item, at most one wake-up); each keeps its own savepoint, and its callback is
+        called with its outcome as soon as the commit is back in the loop's thread (no
+        future, no extra loop iteration)."""
+        self._loop = asyncio.get_running_loop()
+        jobs = [_Job(partial(_apply_ops, ops), done, ops) for ops, done in batches]
         self.queued += len(jobs)
         self._q.put(jobs)
-        return [job.fut for job in jobs]
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -388,7 +397,7 @@ class _Writer:
         except Exception as exc:
             result = (False, exc)
         self.items += 1
-        _post(job.fut, [job.fut], [result])
+        _post(self._loop, [job.fut], [result])
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         """One transaction for the batch. Every statement costs a hand-over of the GIL
@@ -407,7 +416,7 @@ class _Writer:
                 self.commits += 1
                 self.items += 1
                 self.max_batch = max(self.max_batch, 1)
-                _post(batch[0].fut, [batch[0].fut], results)
+                _post(self._loop, [batch[0].fut], results)
                 return
             i = 0
             bulk_failed = False
@@ -464,7 +473,7 @@ class _Writer:
         self.commits += 1
         self.items += len(batch)
         self.max_batch = max(self.max_batch, len(batch))
-        _post(batch[0].fut, [job.fut for job in batch], results)
+        _post(self._loop, [job.fut for job in batch], results)
 
     def _lone(self, conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
         """Run the only job of a transaction, without a savepoint: on failure the whole
@@ -483,10 +492,12 @@ class _Writer:
             return (False, exc)
 
 
-def _post(any_fut: asyncio.Future[Any], futs: list[asyncio.Future[Any]],
+def _post(loop: asyncio.AbstractEventLoop | None, sinks: list[asyncio.Future[Any] | Done],
           results: list[tuple[bool, Any]]) -> None:
+    if loop is None:
+        return
     try:
-        any_fut.get_loop().call_soon_threadsafe(_deliver, futs, results)
+        loop.call_soon_threadsafe(_deliver, sinks, results)
     except RuntimeError:  # loop closed during shutdown
         pass
 
@@ -556,14 +567,20 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) ->
     return False
 
 
-def _deliver(futs: list[asyncio.Future[Any]], results: list[tuple[bool, Any]]) -> None:
-    for fut, (ok, val) in zip(futs, results):
-        if fut.done():
+def _deliver(sinks: list[asyncio.Future[Any] | Done], results: list[tuple[bool, Any]]) -> None:
+    for sink, (ok, val) in zip(sinks, results):
+        if isinstance(sink, asyncio.Future):
+            if sink.done():
+                continue
+            if ok:
+                sink.set_result(val)
+            else:
+                sink.set_exception(val)
             continue
-        if ok:
-            fut.set_result(val)
-        else:
-            fut.set_exception(val)
+        try:
+            sink(ok, val)
+        except Exception:  # one caller's bug must not keep the others from their results
+            log.exception("a commit callback failed")
 
 
 # ---------------------------------------------------------------------------- the store
@@ -692,11 +709,13 @@ class SQLiteStore:
         # ops=: lets the writer apply neighbouring jobs' ops in bulk
         return list(await self._writer.submit(partial(_apply_ops, ops), ops=ops))
 
-    def apply_soon(self, batches: list[list[Op]]) -> list[asyncio.Future[Any]]:
-        """:meth:`apply` for several callers at once, without a coroutine: one future
-        each (its result is what ``apply`` returns), one hand-off to the writer for all.
-        The room host uses it to commit every room that decided in one loop iteration."""
-        return self._writer.submit_ops(batches)
+    def apply_soon(self, batches: list[tuple[list[Op], Done]]) -> None:
+        """:meth:`apply` for several callers at once, without a coroutine or a future:
+        one hand-off to the writer for all, and each caller's ``done(ok, value)`` called
+        in the loop's thread once its ops committed (``value``: what ``apply`` returns)
+        or failed (``value``: the exception). The room host uses it to commit every room
+        that decided in one loop iteration."""
+        self._writer.submit_ops(batches)
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",
