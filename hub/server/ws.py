@@ -223,6 +223,14 @@ class Session:
             self.send_error(RetryLater("internal error"), frame.id)
 
 
+try:  # the server the hub runs under (hub.cli); any other just takes the ASGI path
+    from uvicorn.protocols.websockets.websockets_sansio_impl import (
+        WebSocketsSansIOProtocol as _SansIO,
+    )
+except ImportError:  # pragma: no cover
+    _SansIO = None  # type: ignore[assignment,misc]
+
+
 def _write_now(websocket: WebSocket) -> WriteNow | None:
     """Write frames straight through uvicorn's ``websockets-sansio`` protocol, several in
     one ``transport.write``, without the ASGI ``send`` coroutines; None for any other
@@ -234,7 +242,7 @@ def _write_now(websocket: WebSocket) -> WriteNow | None:
     close was sent or the peer is gone, and nothing while the transport is paused (False:
     the connection's writer task then waits for it through ``send_text``)."""
     proto: Any = getattr(getattr(websocket, "_receive", None), "__self__", None)
-    if proto is None or type(proto).__name__ != "WebSocketsSansIOProtocol":
+    if proto is None or _SansIO is None or not isinstance(proto, _SansIO):
         return None
     ws_conn = getattr(proto, "conn", None)
     transport = getattr(proto, "transport", None)
