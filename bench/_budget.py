@@ -33,7 +33,8 @@ RULES: list[tuple[str, str, str]] = [
      r"inbox_remove_frame|_frame_text|frame_text|_view_text)$", r"protocol\.py|service\.py|ws\.py|core\.py"),
     ("send (Connection.push → Starlette → uvicorn → socket)",
      r"^(push|publish|send|send_text|_send|sender|data_to_send|send_frame|serialize|"
-     r"write|_flush|_finish|send_data|encode_frame|apply_mask)$",
+     r"write|_flush|_finish|send_data|encode_frame|apply_mask|write_now|flush_tick|flush|"
+     r"add)$",
      r"gateway\.py|websockets|starlette|uvicorn|_exception_handler|ws\.py|frames\.py|protocol\.py"),
     ("frame decode", r"^(decode_client_frame|too_deep|parse_ask|_parse_\w+|_name|_req|_wait|"
      r"_opt_number|_expires_in|<lambda>|loads|is_name|check_name)$", r"protocol\.py"),
