@@ -77,6 +77,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan.duration = args.duration
     if args.repeats is not None:
         plan.repeats = args.repeats
+    if args.quiet_wait is not None:
+        plan.quiet_wait = args.quiet_wait
+    if args.retries is not None:
+        plan.retry_disturbed = args.retries
+    if args.no_variants:
+        plan.hub_variants = []
     out_dir = Path(args.out) if args.out else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -158,11 +164,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     r = cycles_once("hub", args.n, plan, on_window=attach, rate=args.rate_per_agent)
     time.sleep(2)
     print(f"{r['cycles_per_s']:.0f} cycles/s; answer->agent {r['answer_to_agent_ms']}; "
-          f"server loop util {r['server_loop_util']}; clients {r['client_cpu_util']}")
+          f"server CPU {r['server_cpu_us_per_cycle']} µs/cycle; server loop util "
+          f"{r['server_loop_util']}; clients {r['client_cpu_util']}; other jobs "
+          f"{r['other_cpu_util']} cores; commits {r.get('store_commits')} (mean batch "
+          f"{r.get('store_mean_batch')})")
+    from bench._budget import render
     from bench._collapse import summarize
 
     if (RESULTS / "profile.txt").exists():
         print(summarize(str(RESULTS / "profile.txt"), 40))
+        if not args.gil:  # the budget needs every thread's samples
+            print()
+            print(render(str(RESULTS / "profile.txt"), r["server_cpu_us_per_cycle"]))
     return 0
 
 
@@ -223,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--servers", nargs="+", choices=["hub", "relay", "socketio"])
     run.add_argument("--duration", type=float, help="measured seconds per cycles run")
     run.add_argument("--repeats", type=int, help="repeat each cycles run (medians reported)")
+    run.add_argument("--quiet-wait", type=float,
+                     help="seconds to wait for a quiet machine before each run (default 30)")
+    run.add_argument("--retries", type=int,
+                     help="re-runs of a cycles run disturbed by other jobs (default 2)")
+    run.add_argument("--no-variants", action="store_true",
+                     help="skip the extra hub configurations (hub --sync normal)")
     run.add_argument("--out", help="results directory (default bench/results)")
     run.add_argument("--publish", action="store_true",
                      help="also write docs/performance.md and docs/perf/*.png")

@@ -137,10 +137,47 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if hi and ri else None
     add("7", "hub ÷ bare Starlette, bytes per idle connection", "<= 1.25", r,
         (r <= 1.25) if r is not None else None, "connected, nothing pending")
+    _targets_12(doc, add)
     if quick:
         for t in out:
             t["status"] = "n/a (quick)" if t["status"] != "n/a" else t["status"]
     return out
+
+
+def _targets_12(doc: dict[str, Any], add: Any) -> None:
+    """Issue 12: the cost of one cycle, the journal, one flooded room."""
+    rs = []
+    for n in _ns(doc):
+        a, b = _cyc(doc, "hub", n), _cyc(doc, "relay", n)
+        if a and b:
+            rs.append((n, _ratio(a["cycles_per_s"], b["cycles_per_s"])))
+    if rs:
+        worst = min(r for _, r in rs if r is not None)
+        add("12", "hub ÷ bare relay, cycles/s (stretch 0.75)", ">= 0.6",
+            ", ".join(f"{r} (N={n})" for n, r in rs), worst >= 0.6, "every N, closed loop")
+    n = 1000 if 1000 in _ns(doc) else None
+    h = _cyc(doc, "hub", n, "paced") if n else None
+    v = h.get("server_cpu_us_per_cycle") if h else None
+    add("12", "server CPU per cycle, 1,000 agents paced", "<= 175 µs",
+        f"{_fmt(v, 0)} µs" if v is not None else None, (v <= 175) if v is not None else None,
+        f"N=1000, {_paced_total(doc):,.0f} asks/s offered, all threads")
+    j = doc.get("scenarios", {}).get("journal", {})
+    jc = j.get("journal_call_ms") if j and "error" not in j else None
+    add("12", "journal running + done p50 / p99", "< 1.0 / < 3 ms",
+        f"{_fmt(jc['p50'], 2)} / {_fmt(jc['p99'], 2)} ms" if jc else None,
+        (jc["p50"] < 1.0 and jc["p99"] < 3.0) if jc and jc.get("p50") is not None else None,
+        f"{j.get('runs')} runs at once, --sync full" if jc else "")
+    ov = doc.get("scenarios", {}).get("overload", {})
+    r = ov.get("others_p99_ratio_answer_to_agent") if ov and "error" not in ov else None
+    fl = ov.get("flood", {}) if ov else {}
+    refused = (fl.get("codes") or {}).get("overloaded", 0)
+    honest = refused > 0 and fl.get("overloaded_not_retryable") == refused
+    add("12", "others' answer -> agent p99, flooded ÷ calm", "<= 1.5",
+        f"{r}" if r is not None else None, (r <= 1.5) if r is not None else None,
+        "one room flooded")
+    add("12", "the flooder is answered overloaded (retryable: false)", "every refusal",
+        f"{refused:,} refused" if fl else None, honest if fl else None,
+        "no silent drop")
 
 
 # ---------------------------------------------------------------------------- headline
@@ -586,6 +623,30 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
         if "overload.png" in made:
             L.append(f"![overload.png]({plots_dir}overload.png)")
             L.append("")
+    # -- journal
+    jr = sc.get("journal", {})
+    if jr and "error" not in jr and jr.get("journal_call_ms"):
+        L.append("## 6. Journal: `running` + `done`")
+        L.append("")
+        L.append(f"{jr.get('runs')} durable runs at once, each on its own socket (SDK), each "
+                 f"calling a trivial function {jr.get('calls_per_run')} times with about "
+                 f"{_fmt(jr.get('think_ms'), 0)} ms between calls; `--sync {jr.get('sync')}`. "
+                 "One call is `run.call` (the hub commits `running` before the function may "
+                 "start) then `run.result` (the hub commits `done`), measured on the client. "
+                 "Two `ping` round trips on the same sockets, in the same iterations, are the "
+                 "floor of two frames without the store.")
+        L.append("")
+        jc, pc = jr["journal_call_ms"], jr["baseline_two_pings_ms"]
+        rows = [["", "p50 ms", "p90 ms", "p99 ms", "max ms", "count"]]
+        for label, x in (("running + done", jc), ("two pings", pc)):
+            rows.append([label, _fmt(x.get("p50"), 2), _fmt(x.get("p90"), 2),
+                         _fmt(x.get("p99"), 2), _fmt(x.get("max"), 1), _fmt(x.get("count"))])
+        L.append(_table(rows))
+        L.append("")
+        L.append(f"{_fmt(jr.get('calls_per_s'))} calls/s; hub CPU {jr.get('hub_cpu_s')} s; "
+                 f"other processes kept {jr.get('machine_busy_cores')} cores busy on average "
+                 "(the hub and this client included).")
+        L.append("")
     L.append("## Environment")
     L.append("")
     L.append(", ".join(f"{k} {val}" for k, val in v.items()) + ".")

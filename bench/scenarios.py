@@ -87,6 +87,10 @@ class Plan:
     overload_mailbox: int = 100
     flood_burst: int = 500
     flood_interval_ms: float = 100.0
+    # journal (issue 12: ``running`` + ``done`` with 100 concurrent runs)
+    journal_runs: int = 100
+    journal_calls: int = 100
+    journal_think_ms: float = 100.0
 
     @classmethod
     def full(cls) -> Plan:
@@ -100,7 +104,8 @@ class Plan:
                    idle_window=2.0, rooms_total=2_000, rooms_agents=50, room_idle=0.5,
                    rebuild_probes=100, rooms_after_deadlines=False, recovery_pending=500,
                    recovery_expires=4.0, overload_agents=20, overload_rate=10.0,
-                   overload_duration=2.0, flood_burst=300)
+                   overload_duration=2.0, flood_burst=300, journal_runs=10,
+                   journal_calls=10)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -853,6 +858,43 @@ def scenario_cluster(plan: Plan) -> dict[str, Any]:
     return scenario_cluster(plan)
 
 
+# ---------------------------------------------------------------------------- 6. journal
+
+
+def scenario_journal(plan: Plan) -> dict[str, Any]:
+    """``bench/bench_journal.py`` in its own process (it runs its clients on its own loop):
+    ``journal_runs`` runs at once, each calling a function ``journal_calls`` times; every
+    call is ``run.call`` (``running`` committed before the function may start) then
+    ``run.result`` (``done`` committed), against ``a2h serve --sync full``."""
+    import tempfile
+
+    if plan.quiet_wait:
+        _sys.wait_quiet(plan.quiet_wait)
+    log(f"journal: {plan.journal_runs} runs x {plan.journal_calls} calls, think "
+        f"{plan.journal_think_ms:g} ms, --sync full")
+    with tempfile.TemporaryDirectory(prefix="a2h-journal-") as tmp:
+        out = os.path.join(tmp, "journal.json")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        busy0 = _sys.machine_busy()
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "bench.bench_journal",
+                        "--runs", str(plan.journal_runs), "--calls", str(plan.journal_calls),
+                        "--think-ms", str(plan.journal_think_ms), "--sync", "full",
+                        "--out", out], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL, timeout=600)
+        wall = time.monotonic() - t0
+        busy = (_sys.machine_busy() - busy0) / wall if wall else 0.0
+        with open(out, "rb") as f:
+            res: dict[str, Any] = orjson.loads(f.read())
+    res.pop("machine", None)
+    res["machine_busy_cores"] = round(busy, 2)
+    j = res["journal_call_ms"]
+    log(f"  running + done p50/p99 {j['p50']}/{j['p99']} ms; two pings "
+        f"{res['baseline_two_pings_ms']['p50']} ms; {res['calls_per_s']} calls/s")
+    return res
+
+
 SCENARIOS = {
     "cycles": scenario_cycles,
     "idle": scenario_idle,
@@ -860,6 +902,7 @@ SCENARIOS = {
     "recovery": scenario_recovery,
     "overload": scenario_overload,
     "cluster": scenario_cluster,
+    "journal": scenario_journal,
 }
 #: Run only when named (``--scenario cluster``): it needs PostgreSQL and nats-server.
 OPT_IN = ("cluster",)

@@ -106,6 +106,11 @@ class Settings:
     push_any_endpoint: bool = False
     #: VAPID ``sub`` claim: a ``mailto:`` or ``https:`` contact for push services.
     vapid_subject: str = "mailto:a2h-hub@localhost"
+    #: Asks one room (conversation) admits per second, on average; more is ``overloaded``
+    #: (retryable: false), so that one flooded room cannot take the hub from every other
+    #: (0: no limit). Bursts up to ``room_ask_burst``.
+    room_ask_rate: float = 200.0
+    room_ask_burst: int = 200
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -51,6 +51,10 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 SYSTEM = "system"
 
+#: Enum member -> its plain string (``member.value`` goes through a descriptor: slow on
+#: the paths that build every view).
+_TEXT: dict[Status | Kind, str] = {m: m.value for m in (*Status, *Kind)}
+
 
 class IllegalTransition(Exception):
     """A bug: the core tried a transition the table forbids."""
@@ -79,10 +83,32 @@ class Request:
     fixed_deadline: bool
     resolved_at: float | None = None
     human_seconds: float | None = None
+    #: The encoded view and the (status, deadline) it was taken at: one view and one
+    #: encoding per transition, shared by the reply and every push (not copied by
+    #: ``dataclasses.replace``).
+    _encoded: tuple[Status, float, str] | None = field(default=None, init=False, repr=False,
+                                                       compare=False)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def view_text(self) -> str:
+        """:meth:`view` encoded as JSON text, computed once per state.
+
+        Only ``handle`` changes a request, and every change moves its status (a resolution
+        also sets value, actor and times, once) or its deadline (an extension): those two
+        tell whether the cached text still describes the request.
+
+        Raises:
+            TypeError: the view cannot be encoded (a value nested too deep).
+        """
+        cached = self._encoded
+        if cached is not None and cached[0] is self.status and cached[1] == self.deadline:
+            return cached[2]
+        text = orjson.dumps(self.view()).decode()
+        self._encoded = (self.status, self.deadline, text)
+        return text
 
     def view(self) -> dict[str, Any]:
         """The wire shape of a request (docs/protocol.md)."""
@@ -91,14 +117,14 @@ class Request:
             "conversation": self.conversation,
             "to": self.to,
             "from": self.sender,
-            "kind": self.kind.value,
+            "kind": _TEXT[self.kind],
             "question": self.question,
             "choices": list(self.choices) if self.choices is not None else None,
             "context": self.context,
             "default": self.default,
             "schema": self.schema,
             "tools": self.tools,
-            "status": self.status.value,
+            "status": _TEXT[self.status],
             "value": self.value,
             "actor": self.actor,
             "created_at": self.created_at,
@@ -121,7 +147,7 @@ def payload_hash(ask: Ask, schema: Any = None, tools: Any = None) -> str:
     if schema is None:
         schema = ask.schema
     blob = orjson.dumps(
-        [ask.conversation, ask.to, ask.kind.value, ask.question, ask.choices, ask.context,
+        [ask.conversation, ask.to, _TEXT[ask.kind], ask.question, ask.choices, ask.context,
          ask.default, ask.expires_in, schema, tools],
         option=orjson.OPT_SORT_KEYS,
     )

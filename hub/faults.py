@@ -3,7 +3,9 @@
 A test starts ``a2h serve`` with ``A2H_CRASH_AT=<point>`` (and optionally
 ``A2H_CRASH_AFTER=<n>``: pass the point n times first). When the hub reaches that point it
 exits at once with ``os._exit(CRASH_EXIT)``, like a SIGKILL: no cleanup, no flush, no
-graceful shutdown. Without the variable every call is a dictionary lookup and returns.
+graceful shutdown. The variables are read once, when this module is imported (the
+process's environment at start); without them every call is one string comparison —
+these calls sit on the hot path of every commit.
 
 The points (each a boundary where dying matters; tests/test_crash_points.py):
 
@@ -24,21 +26,33 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 CRASH_EXIT = 137
 POINTS = ("room.after_commit", "room.after_push", "store.mid_commit", "journal.after_commit",
           "startup.recovery", "notify.before_send")
 
 
+class _Armed:
+    """The crash point this process was started with, and its countdown."""
+
+    __slots__ = ("point", "left")
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.point: str | None = environ.get("A2H_CRASH_AT") or None
+        self.left = int(environ.get("A2H_CRASH_AFTER", "0") or 0)
+
+
+ARMED = _Armed(os.environ)
+
+
 def crash_point(name: str) -> None:
     """Exit the process now if a test armed ``name`` (and its countdown ran out)."""
-    armed = os.environ.get("A2H_CRASH_AT")
-    if armed is None or armed != name:
+    armed = ARMED
+    if armed.point != name:
         return
-    left = int(os.environ.get("A2H_CRASH_AFTER", "0") or 0)
-    if left > 0:
-        # The countdown lives in the environment of this process only: no module state.
-        os.environ["A2H_CRASH_AFTER"] = str(left - 1)
+    if armed.left > 0:
+        armed.left -= 1
         return
     sys.stderr.write(f"a2h: crash point {name} reached; exiting {CRASH_EXIT}\n")
     sys.stderr.flush()

@@ -2,7 +2,11 @@
 
 A :class:`Connection` wraps any transport that can send text and close. Pushes go into a
 bounded outbox (in bytes) drained by at most one short-lived writer task per connection,
-which exists only while there is something to send.
+which exists only while there is something to send. A transport that can also write
+without suspending (``write_now``: the server's WebSocket protocol, when it is one we
+know) gets its pushes of one loop iteration together: they are written at the end of the
+iteration in one write, and the outbox and its writer task are only for a transport that
+cannot take them (paused, closing).
 
 Backpressure policy (invariant 8): a connection whose outbox would exceed its byte limit
 is closed with ``CloseCode.RESYNC`` and its queue is dropped. Nothing is lost: every
@@ -43,13 +47,19 @@ def token_tag(token_hash: str) -> Tag:
     return ("token", token_hash)
 
 
+#: Writes frames to a transport at once, without suspending; False (nothing written) when
+#: the transport cannot take them now.
+WriteNow = Callable[[list[str]], bool]
+
+
 class Connection:
     __slots__ = ("id", "meta", "tags", "_send", "_close", "_queue", "_bytes", "limit",
-                 "_task", "_closing", "closed", "close_code", "sent", "__weakref__")
+                 "_task", "_closing", "closed", "close_code", "sent", "_write_now",
+                 "_tick", "__weakref__")
 
     def __init__(self, send: Callable[[str], Coroutine[Any, Any, None]],
                  close: Callable[[int, str], Awaitable[None]], *, limit: int,
-                 meta: Any = None) -> None:
+                 meta: Any = None, write_now: WriteNow | None = None) -> None:
         self.id = 0  # given by Gateway.add
         self.meta = meta
         self.tags: set[Tag] = set()
@@ -63,6 +73,9 @@ class Connection:
         self.closed = False
         self.close_code: int | None = None
         self.sent = 0
+        self._write_now = write_now
+        #: frames pushed during this loop iteration, written together at its end
+        self._tick: list[str] = []
 
     def push(self, text: str) -> bool:
         """Queue one frame; never blocks. False if the connection is (now) closed."""
@@ -76,6 +89,11 @@ class Connection:
             self.kill(CloseCode.RESYNC, "resync: outbox overflow")
             return False
         self._bytes += size
+        if self._write_now is not None and self._task is None:
+            if not self._tick:
+                _flusher.add(self)
+            self._tick.append(text)
+            return True
         if self._task is None:
             # Fast path, no task: a send to a writable socket completes without suspending
             # (uvicorn writes to the transport at once), so run it to its end right here.
@@ -96,6 +114,27 @@ class Connection:
             return True
         self._queue.append(text)
         return True
+
+    def flush_tick(self) -> None:
+        """Write this iteration's frames in one go; if the transport cannot take them,
+        they go to the outbox, in order, for the writer task."""
+        frames, self._tick = self._tick, []
+        if not frames or self.closed:
+            return
+        assert self._write_now is not None
+        try:
+            written = self._task is None and self._write_now(frames)
+        except Exception:  # the socket is gone; the session notices and cleans up
+            self._bytes = 0
+            self.closed = True
+            return
+        if written:
+            self._bytes -= sum(len(t) for t in frames)
+            self.sent += len(frames)
+            return
+        self._queue.extend(frames)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._flush())
 
     @property
     def queued_bytes(self) -> int:
@@ -126,6 +165,7 @@ class Connection:
         self.closed = True
         self.close_code = code
         self._queue.clear()
+        self._tick.clear()
         self._bytes = 0
         if self._task is not None:
             self._task.cancel()
@@ -174,6 +214,36 @@ async def _finish(coro: Any, pending: Any) -> None:
             pending = coro.throw(exc) if exc is not None else coro.send(None)
         except StopIteration:
             return
+
+
+class _Flusher:
+    """The connections with frames pushed during this loop iteration, and the one
+    callback that writes them at its end."""
+
+    __slots__ = ("_dirty", "_scheduled", "_loop")
+
+    def __init__(self) -> None:
+        self._dirty: list[Connection] = []
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, conn: Connection) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new loop (tests run several): start afresh
+            self._loop, self._dirty, self._scheduled = loop, [], False
+        self._dirty.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn.flush_tick()
+
+
+_flusher = _Flusher()
 
 
 class Gateway:
@@ -238,6 +308,7 @@ class Gateway:
         """Wait (at most ``timeout`` s) until every connection has handed its queued frames
         to its transport. Sends to writable sockets complete at once, so only the writer
         tasks of paused sockets are waited on."""
+        _flusher.flush()
         tasks = [c._task for c in self.connections if c._task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)

@@ -378,6 +378,13 @@ def too_deep(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+def _brackets(data: str | bytes) -> int:
+    """How many ``{`` and ``[`` the text holds: an upper bound of its JSON nesting depth."""
+    if isinstance(data, str):
+        return data.count("{") + data.count("[")
+    return data.count(b"{") + data.count(b"[")
+
+
 def loads(data: str | bytes) -> Any:
     """Decode JSON from the outside world: every edge's one way in.
 
@@ -389,7 +396,7 @@ def loads(data: str | bytes) -> Any:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise BadJson("not valid JSON") from None
-    if too_deep(obj):
+    if _brackets(data) > MAX_JSON_DEPTH and too_deep(obj):
         raise TooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return obj
 
@@ -746,7 +753,9 @@ def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> 
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise FrameError(BadJson("frame is not valid JSON"), None) from None
-    if too_deep(obj):
+    # Each level of nesting opens a bracket: a frame with at most MAX_JSON_DEPTH of them
+    # (strings included, so this only over-counts) cannot be too deep; skip the walk.
+    if _brackets(data) > MAX_JSON_DEPTH and too_deep(obj):
         fid = obj.get("id") if isinstance(obj, dict) else None
         raise FrameError(TooDeep(f"frame nested deeper than {MAX_JSON_DEPTH} levels"),
                          fid if type(fid) is int else None)
@@ -847,6 +856,31 @@ def inbox_add_frame(view: dict[str, Any]) -> dict[str, Any]:
 
 def inbox_remove_frame(view: dict[str, Any]) -> dict[str, Any]:
     return {"type": T.INBOX_REMOVE, "op_id": view["op_id"], "request": view}
+
+
+# The same frames as text, around a request view already encoded (``Request.view_text``):
+# the view is encoded once per transition and spliced into the reply and every push. Each
+# gives exactly what ``encode_text`` gives for the frame built by its dict twin above.
+
+def ok_request_text(frame_id: int, view: str, attached: bool = False) -> str:
+    """``encode_text(ok_frame(frame_id, request=..., [attached=True]))``."""
+    tail = ',"attached":true}' if attached else "}"
+    return f'{{"type":"ok","id":{int(frame_id)},"request":{view}{tail}'
+
+
+def resolved_text(view: str) -> str:
+    """``encode_text(resolved_frame(...))``."""
+    return f'{{"type":"resolved","request":{view}}}'
+
+
+def inbox_add_text(view: str) -> str:
+    """``encode_text(inbox_add_frame(...))``."""
+    return f'{{"type":"inbox.add","request":{view}}}'
+
+
+def inbox_remove_text(op_id: str, view: str) -> str:
+    """``encode_text(inbox_remove_frame(...))``."""
+    return f'{{"type":"inbox.remove","op_id":{orjson.dumps(op_id).decode()},"request":{view}}}'
 
 
 def reconnect_frame(after_ms: tuple[int, int]) -> dict[str, Any]:

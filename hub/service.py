@@ -48,9 +48,12 @@ from hub.protocol import (
     Unauthorized,
     encode_text,
     inbox_add_frame,
+    inbox_add_text,
     inbox_remove_frame,
+    inbox_remove_text,
     reconnect_frame,
     resolved_frame,
+    resolved_text,
 )
 from hub.rooms import Envelope, Reply, RoomHost
 from hub.store import Due, Principal, Role, Store, token_hash_of
@@ -74,6 +77,8 @@ class HubService:
         # cache is re-read when a wake-up or the reconcile loop says another node changed it.
         self.rooms = RoomHost(store, self.clock, self._emit,
                               mailbox_size=settings.room_mailbox,
+                              ask_rate=settings.room_ask_rate,
+                              ask_burst=settings.room_ask_burst,
                               idle_seconds=settings.room_idle,
                               on_loaded=self._on_room_loaded,
                               on_evicted=self.memory.freed)
@@ -278,7 +283,7 @@ class HubService:
                 self._delivered[(req.tenant, req.op_id)] = (self.clock.now(), False)
             self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             n = self.gateway.publish(inbox_tag(req.tenant, req.to),
-                                     encode_text(inbox_add_frame(req.view())))
+                                     inbox_add_text(req.view_text()))
             log.info("rid=%s op=%s room=%s:%s asked %s (%d inbox sockets)", rid, req.op_id,
                      req.tenant, req.conversation, req.to, n)
         elif isinstance(eff, Resolved):
@@ -296,19 +301,17 @@ class HubService:
                 for fut in waiters:
                     if not fut.done():
                         fut.set_result(snap)
-            view = req.view()
-            self.gateway.publish(op_tag(req.tenant, req.op_id),
-                                 encode_text(resolved_frame(view)), drop=True)
+            view = req.view_text()
+            self.gateway.publish(op_tag(req.tenant, req.op_id), resolved_text(view), drop=True)
             self.gateway.publish(inbox_tag(req.tenant, req.to),
-                                 encode_text(inbox_remove_frame(view)))
+                                 inbox_remove_text(req.op_id, view))
             log.info("rid=%s op=%s room=%s:%s %s by %s", rid, req.op_id, req.tenant,
                      req.conversation, req.status.value, req.actor)
         elif isinstance(eff, DeadlineMoved):
             req = eff.request
             self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             # Same frame as a new item: inboxes treat a repeated inbox.add as an update.
-            self.gateway.publish(inbox_tag(req.tenant, req.to),
-                                 encode_text(inbox_add_frame(req.view())))
+            self.gateway.publish(inbox_tag(req.tenant, req.to), inbox_add_text(req.view_text()))
         elif isinstance(eff, AlarmSet):
             self.alarms.set(eff.tenant, eff.conversation, eff.op_id, eff.deadline)
 
@@ -345,8 +348,11 @@ class HubService:
         """
         if schema is None:
             schema = ask.schema  # a form sent in the ask frame itself
-        size = await self.check_ask(who, ask, schema, tools)
         tenant = who.tenant
+        # A full room refuses before the ask is checked and counted: refusing is what a
+        # flooded room does thousands of times a second.
+        self.rooms.admit((tenant, ask.conversation), rid)
+        size = await self.check_ask(who, ask, schema, tools)
 
         def settle(r: Replied) -> None:
             # A new request keeps the place it reserved until it resolves; a refused ask or
@@ -375,14 +381,20 @@ class HubService:
                                         or any(len(c) > 500 for c in ask.choices)):
             raise LimitExceeded(f"more than {s.max_choices} choices (or a choice over 500 "
                                 "characters)", code=ErrorCode.TOO_MANY_CHOICES)
-        extra = len(orjson.dumps([ask.context, ask.default]))
+        # Each value encoded once: the context limit and the pending bytes both count them
+        # (exactly as ``payload_bytes`` does, which encodes them as one list).
+        context, default = _json_len(ask.context), _json_len(ask.default)
+        extra = context + default + 3  # len(orjson.dumps([context, default]))
         if extra > s.max_context_bytes:
             raise LimitExceeded(f"context is {extra} bytes; the limit is "
                                 f"{s.max_context_bytes}", code=ErrorCode.CONTEXT_TOO_LARGE)
-        if not await self.known_human(who.tenant, ask.to):
+        humans = self._humans.get(who.tenant)
+        if (humans is None or ask.to not in humans) and \
+                not await self.known_human(who.tenant, ask.to):
             raise NotFound(f"no human {ask.to!r} in this tenant")
-        size = payload_bytes(ask.question, ask.choices, ask.context, ask.default, schema, tools)
-        usage = await self._usage(who.tenant)
+        size = len(ask.question.encode()) + _json_len(ask.choices) + context + default + \
+            _json_len(schema) + _json_len(tools) + 6
+        usage = self._pending.get(who.tenant) or await self._usage(who.tenant)
         over = usage[0] >= s.max_pending_per_tenant or \
             usage[1] + size > s.max_pending_bytes_per_tenant
         if over and await self._exists(who.tenant, ask.op_id):
@@ -618,6 +630,11 @@ def payload_bytes(question: str, choices: Any, context: Any, default: Any, schem
                   tools: Any) -> int:
     """What a pending request weighs against its tenant's ``max_pending_bytes_per_tenant``."""
     return len(question.encode()) + len(orjson.dumps([choices, context, default, schema, tools]))
+
+
+def _json_len(value: Any) -> int:
+    """``len(orjson.dumps(value))``, without encoding the common ``None``."""
+    return 4 if value is None else len(orjson.dumps(value))
 
 
 def request_bytes(req: Request) -> int:

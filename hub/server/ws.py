@@ -20,7 +20,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from hub.core import Replied
-from hub.gateway import Connection, inbox_tag, op_tag, token_tag
+from hub.gateway import Connection, WriteNow, inbox_tag, op_tag, token_tag
 from hub.protocol import (
     Ask,
     BinaryFrame,
@@ -44,6 +44,7 @@ from hub.protocol import (
     error_frame,
     hello_frame,
     ok_frame,
+    ok_request_text,
 )
 from hub.server.auth import authenticate
 from hub.service import HubService, listing
@@ -54,6 +55,9 @@ log = logging.getLogger("a2h.ws")
 #: A handler for a frame type outside the core set (e.g. runs and journals): ``async
 #: handler(session, frame)``. Each handler checks roles itself.
 FrameHandler = Callable[["Session", Any], Awaitable[None]]
+
+#: Frames one socket may have handled in a row before it lets the loop run others.
+FAIR_FRAMES = 8
 
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
@@ -136,10 +140,15 @@ class Session:
                     self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
                 return
             assert r.request is not None
-            if r.attached:
-                self.send(ok_frame(fid, request=r.request.view(), attached=True))
+            try:
+                # The view encoded once for this state, shared with the pushes.
+                text = ok_request_text(fid, r.request.view_text(), r.attached)
+            except TypeError:
+                # Not encodable: send() answers with an error frame instead.
+                self.send(ok_frame(fid, request=r.request.view(),
+                                   **({"attached": True} if r.attached else {})))
             else:
-                self.send(ok_frame(fid, request=r.request.view()))
+                self.conn.push(text)
             if op_id is not None and r.request.terminal:
                 self.hub.gateway.unsubscribe(self.conn, op_tag(self.who.tenant, op_id))
         return reply
@@ -214,6 +223,48 @@ class Session:
             self.send_error(RetryLater("internal error"), frame.id)
 
 
+try:  # the server the hub runs under (hub.cli); any other just takes the ASGI path
+    from uvicorn.protocols.websockets.websockets_sansio_impl import (
+        WebSocketsSansIOProtocol as _SansIO,
+    )
+except ImportError:  # pragma: no cover
+    _SansIO = None  # type: ignore[assignment,misc]
+
+
+def _write_now(websocket: WebSocket) -> WriteNow | None:
+    """Write frames straight through uvicorn's ``websockets-sansio`` protocol, several in
+    one ``transport.write``, without the ASGI ``send`` coroutines; None for any other
+    server (the in-process test client, another implementation): pushes then go through
+    ``websocket.send_text``.
+
+    The protocol is the owner of the ASGI ``receive`` callable this socket was given. The
+    checks are those of its own ``send`` for a ``websocket.send`` message: nothing once a
+    close was sent or the peer is gone, and nothing while the transport is paused (False:
+    the connection's writer task then waits for it through ``send_text``)."""
+    proto: Any = getattr(getattr(websocket, "_receive", None), "__self__", None)
+    if proto is None or _SansIO is None or not isinstance(proto, _SansIO):
+        return None
+    ws_conn = getattr(proto, "conn", None)
+    transport = getattr(proto, "transport", None)
+    writable = getattr(proto, "writable", None)
+    if ws_conn is None or transport is None or writable is None or \
+            not hasattr(proto, "close_sent") or not hasattr(proto, "disconnected"):
+        return None
+    send_text = ws_conn.send_text
+    data_to_send = ws_conn.data_to_send
+
+    def write_now(frames: list[str]) -> bool:
+        if proto.close_sent or proto.disconnected or not writable.is_set() or \
+                transport.is_closing():
+            return False
+        for text in frames:
+            send_text(text.encode())
+        transport.write(b"".join(data_to_send()))
+        return True
+
+    return write_now
+
+
 async def websocket_endpoint(websocket: WebSocket) -> None:
     hub: HubService = websocket.app.state.hub
     try:
@@ -236,7 +287,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
-    conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who)
+    conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who,
+                      write_now=_write_now(websocket))
     session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
@@ -245,6 +297,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),
                              hub.settings.heartbeat))
+    handled = 0
     try:
         while True:
             msg = await websocket.receive()
@@ -266,6 +319,12 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             await session.handle(text)
             if conn.closed:
                 break
+            handled += 1
+            if handled >= FAIR_FRAMES:
+                # Frames that arrived together are all queued already: handled back to
+                # back, a burst from one socket would hold the loop from everyone else.
+                handled = 0
+                await asyncio.sleep(0)
     except Exception as exc:  # the socket broke under us
         log.debug("conn=%s ended: %r", conn.id, exc)
     finally:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
@@ -55,6 +56,11 @@ def token_hash_of(token_or_hash: str) -> str:
 def new_token(role: Role) -> str:
     # 256 random bits; the prefix tells a reader (and a secret scanner) what it is.
     return f"a2h_{role.value[:2]}_{secrets.token_urlsafe(32)}"
+
+
+#: ``done(ok, value)``: a commit's outcome, called in the event loop's thread: ``ok`` and what
+#: ``apply`` returns, or not ``ok`` and the exception.
+Done = Callable[[bool, Any], None]
 
 
 class Role(enum.StrEnum):
@@ -194,6 +200,11 @@ class Store(Protocol):
 
     # -- requests and deadlines
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]: ...
+    def apply_soon(self, batches: list[tuple[list[Op], Done]]) -> None:
+        """:meth:`apply` for several callers at once, with no coroutine per caller: each
+        ``done`` is called once its ops committed (or failed). The room host commits every
+        room that decided in one loop iteration through it."""
+        ...
     async def get_request(self, tenant: str, op_id: str) -> Request | None: ...
     async def load_room(self, tenant: str, conversation: str) -> list[Request]: ...
     async def inbox(self, tenant: str, handle: str) -> list[Request]: ...

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -81,6 +82,7 @@ from hub.notify.events import Channel, DeliveryOutcome
 from hub.protocol import RunStatus
 from hub.store.base import (
     Delivery,
+    Done,
     Due,
     Endpoint,
     NewerDatabase,
@@ -732,6 +734,18 @@ class PostgresStore:
         self._wake.set()
         return await fut
 
+    def apply_soon(self, batches: list[tuple[list[Op], Done]]) -> None:
+        loop = asyncio.get_running_loop()
+        for ops, done in batches:
+            if not self._flushers or self._closing:
+                done(False, StoreError("the store is not open"))
+                continue
+            fut: asyncio.Future[list[Request | None | bool]] = loop.create_future()
+            fut.add_done_callback(functools.partial(_report, done))
+            self._jobs.append(_Job(list(ops), fut))
+            self._stats.queued += 1
+        self._wake.set()
+
     # -- identity
 
     async def is_empty(self) -> bool:
@@ -1015,3 +1029,13 @@ async def _keep_session(conn: Any) -> None:
     node's CPU in the cluster bench); the store keeps no session state (its advisory locks
     are transaction-scoped, its settings come from the URL), so there is nothing to reset."""
     del conn
+
+
+def _report(done: Done, fut: asyncio.Future[Any]) -> None:
+    """A commit future's outcome as ``done(ok, value)``."""
+    if fut.cancelled():
+        done(False, StoreError("the commit was cancelled"))
+    elif fut.exception() is not None:
+        done(False, fut.exception())
+    else:
+        done(True, fut.result())

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from hub.notify.events import Channel, DeliveryOutcome
 from hub.protocol import RunStatus
 from hub.store.base import (
     Delivery,
+    Done,
     Due,
     Endpoint,
     NewerDatabase,
@@ -244,6 +246,12 @@ def apply_op(conn: sqlite3.Connection, op: Op) -> Request | None | bool:
     return _fetch(conn, req.tenant, req.op_id)
 
 
+def _apply_ops(ops: list[Op], conn: sqlite3.Connection) -> list[Request | None | bool]:
+    results = [apply_op(conn, op) for op in ops]
+    enqueue_for_ops(conn, ops, [r is True for r in results])  # the outbox, same transaction
+    return results
+
+
 # ---------------------------------------------------------------------------- the writer
 
 #: Primary result codes that concern the database as a whole, not one item: when one of
@@ -296,10 +304,14 @@ def _incremental_vacuum(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
+#: Told a job's outcome, in the loop's thread: ``(True, result)`` or ``(False, exception)``.
+
+
 @dataclass(slots=True)
 class _Job:
     fn: Callable[[sqlite3.Connection], Any]
-    fut: asyncio.Future[Any]
+    #: a future to complete, or a callback called at once with the outcome
+    fut: asyncio.Future[Any] | Done
     #: request ops the writer may apply in bulk with neighbouring jobs' ops
     ops: list[Op] | None = None
     #: run between batches, outside any transaction (PRAGMAs, incremental vacuum)
@@ -312,10 +324,12 @@ class _Writer:
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._sync = synchronous
-        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: the loop the callers wait in (results are delivered there)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
         self.items = 0
         self.max_batch = 0
@@ -330,10 +344,21 @@ class _Writer:
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any], *, ops: list[Op] | None = None,
                outside: bool = False) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = self._loop.create_future()
         self.queued += 1
         self._q.put(_Job(fn, fut, ops, outside))
         return fut
+
+    def submit_ops(self, batches: list[tuple[list[Op], Done]]) -> None:
+        """Submit several callers' request ops with one hand-off to the thread (one queue
+        item, at most one wake-up); each keeps its own savepoint, and its callback is
+        called with its outcome as soon as the commit is back in the loop's thread (no
+        future, no extra loop iteration)."""
+        self._loop = asyncio.get_running_loop()
+        jobs = [_Job(partial(_apply_ops, ops), done, ops) for ops, done in batches]
+        self.queued += len(jobs)
+        self._q.put(jobs)
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -353,7 +378,7 @@ class _Writer:
                 first = self._q.get()
                 if first is None:
                     return
-                batch = [first]
+                batch = first if isinstance(first, list) else [first]
                 stop = False
                 while True:
                     try:
@@ -363,7 +388,10 @@ class _Writer:
                     if item is None:
                         stop = True
                         break
-                    batch.append(item)
+                    if isinstance(item, list):
+                        batch.extend(item)
+                    else:
+                        batch.append(item)
                 group: list[_Job] = []
                 for job in batch:
                     if job.outside:
@@ -389,18 +417,43 @@ class _Writer:
         except Exception as exc:
             result = (False, exc)
         self.items += 1
-        _post(job.fut, [job.fut], [result])
+        _post(self._loop, [job.fut], [result])
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        """One transaction for the batch. Every statement costs a hand-over of the GIL
+        (the sqlite3 module releases it around each), so the common shapes take the
+        fewest: a lone job runs without a savepoint (its failure rolls back the whole
+        transaction, which holds nothing else), and a batch of request ops only is
+        applied in bulk without one (a compare-and-set that did not match rolls the
+        transaction back and the batch is applied again item by item)."""
         results: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if len(batch) == 1:
+                results = [self._lone(conn, batch[0])]
+                if results[0][0]:
+                    conn.execute("COMMIT")
+                self.commits += 1
+                self.items += 1
+                self.max_batch = max(self.max_batch, 1)
+                _post(self._loop, [batch[0].fut], results)
+                return
             i = 0
+            bulk_failed = False
+            if _BULK_OK and all(job.ops is not None for job in batch):
+                group = [job.ops or [] for job in batch]
+                if _bulk(conn, [op for ops in group for op in ops], savepoint=False):
+                    results.extend((True, [True] * len(ops)) for ops in group)
+                    i = len(batch)
+                else:  # nothing of it stays: start again, item by item
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    bulk_failed = True
             while i < len(batch):
                 j = i
                 while j < len(batch) and batch[j].ops is not None:
                     j += 1
-                if j - i >= 2:
+                if j - i >= 2 and not (bulk_failed and i == 0 and j == len(batch)):
                     group = [batch[k].ops or [] for k in range(i, j)]
                     if _bulk(conn, [op for ops in group for op in ops]):
                         results.extend((True, [True] * len(ops)) for ops in group)
@@ -440,13 +493,31 @@ class _Writer:
         self.commits += 1
         self.items += len(batch)
         self.max_batch = max(self.max_batch, len(batch))
-        _post(batch[0].fut, [job.fut for job in batch], results)
+        _post(self._loop, [job.fut for job in batch], results)
+
+    def _lone(self, conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
+        """Run the only job of a transaction, without a savepoint: on failure the whole
+        transaction is rolled back (the caller then does not commit)."""
+        try:
+            return (True, job.fn(conn))
+        except sqlite3.DatabaseError as exc:
+            if _whole_batch(exc):
+                raise
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return (False, StoreError(str(exc)))
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return (False, exc)
 
 
-def _post(any_fut: asyncio.Future[Any], futs: list[asyncio.Future[Any]],
+def _post(loop: asyncio.AbstractEventLoop | None, sinks: list[asyncio.Future[Any] | Done],
           results: list[tuple[bool, Any]]) -> None:
+    if loop is None:
+        return
     try:
-        any_fut.get_loop().call_soon_threadsafe(_deliver, futs, results)
+        loop.call_soon_threadsafe(_deliver, sinks, results)
     except RuntimeError:  # loop closed during shutdown
         pass
 
@@ -468,9 +539,12 @@ _EXT = ("UPDATE requests SET deadline = json_extract(v.value, '$[2]') FROM json_
         "AND requests.op_id = json_extract(v.value, '$[1]') AND requests.status = 'pending'")
 
 
-def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
+def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) -> bool:
     """Apply request ops with one statement per kind (one GIL hand-off each, instead of
-    three per op); False (nothing applied) if any compare-and-set did not match."""
+    three per op); False (nothing applied) if any compare-and-set did not match.
+
+    Without ``savepoint`` (the ops are all the transaction holds) a False means the
+    caller must roll the transaction back: part of the ops may have been applied."""
     ins, ext, res = [], [], []
     for op in ops:
         r = op.request
@@ -488,7 +562,8 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
             ext.append((r.tenant, r.op_id, r.deadline))
     if not _BULK_OK:
         return False
-    conn.execute("SAVEPOINT bulk")
+    if savepoint:
+        conn.execute("SAVEPOINT bulk")
     before = conn.total_changes
     try:
         # Inserts first: a batch may create a request and resolve it in one go.
@@ -498,26 +573,35 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op]) -> bool:
     except sqlite3.OperationalError as exc:
         if _whole_batch(exc):
             raise
-        conn.execute("ROLLBACK TO bulk")
-        conn.execute("RELEASE bulk")
+        if savepoint:
+            conn.execute("ROLLBACK TO bulk")
+            conn.execute("RELEASE bulk")
         return False
     if conn.total_changes - before == len(ops):
         enqueue_for_ops(conn, ops, [True] * len(ops))  # the outbox, in the same transaction
-        conn.execute("RELEASE bulk")
+        if savepoint:
+            conn.execute("RELEASE bulk")
         return True
-    conn.execute("ROLLBACK TO bulk")
-    conn.execute("RELEASE bulk")
+    if savepoint:
+        conn.execute("ROLLBACK TO bulk")
+        conn.execute("RELEASE bulk")
     return False
 
 
-def _deliver(futs: list[asyncio.Future[Any]], results: list[tuple[bool, Any]]) -> None:
-    for fut, (ok, val) in zip(futs, results):
-        if fut.done():
+def _deliver(sinks: list[asyncio.Future[Any] | Done], results: list[tuple[bool, Any]]) -> None:
+    for sink, (ok, val) in zip(sinks, results):
+        if isinstance(sink, asyncio.Future):
+            if sink.done():
+                continue
+            if ok:
+                sink.set_result(val)
+            else:
+                sink.set_exception(val)
             continue
-        if ok:
-            fut.set_result(val)
-        else:
-            fut.set_exception(val)
+        try:
+            sink(ok, val)
+        except Exception:  # one caller's bug must not keep the others from their results
+            log.exception("a commit callback failed")
 
 
 # ---------------------------------------------------------------------------- the store
@@ -643,14 +727,16 @@ class SQLiteStore:
     async def apply(self, ops: list[Op]) -> list[Request | None | bool]:
         if not ops:
             return []
-
-        def fn(c: sqlite3.Connection) -> list[Request | None | bool]:
-            results = [apply_op(c, op) for op in ops]
-            enqueue_for_ops(c, ops, [r is True for r in results])
-            return results
-
         # ops=: lets the writer apply neighbouring jobs' ops in bulk
-        return list(await self._writer.submit(fn, ops=ops))
+        return list(await self._writer.submit(partial(_apply_ops, ops), ops=ops))
+
+    def apply_soon(self, batches: list[tuple[list[Op], Done]]) -> None:
+        """:meth:`apply` for several callers at once, without a coroutine or a future:
+        one hand-off to the writer for all, and each caller's ``done(ok, value)`` called
+        in the loop's thread once its ops committed (``value``: what ``apply`` returns)
+        or failed (``value``: the exception). The room host uses it to commit every room
+        that decided in one loop iteration."""
+        self._writer.submit_ops(batches)
 
     async def get_request(self, tenant: str, op_id: str) -> Request | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND op_id=?",

@@ -1,0 +1,68 @@
+"""The SQLite writer's short paths (hub/store/sqlite.py ``_Writer._commit``): a lone job
+without a savepoint, a batch of request ops in bulk without one, and the fall back to item
+by item when a compare-and-set in the batch does not match."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hub.core import Insert, Resolve
+from hub.protocol import Status
+from hub.store import StoreError
+from hub.store.sqlite import SQLiteStore
+from tests.test_store_contract import new_request
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_batch_with_a_lost_compare_and_set_falls_back(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    try:
+        reqs = [new_request(f"op{i}", conv=f"c{i}") for i in range(20)]
+        assert all(r == [True] for r in await asyncio.gather(
+            *(store.apply([Insert(r)]) for r in reqs)))
+        first = dataclasses.replace(reqs[0], status=Status.CANCELLED, actor="system",
+                                    resolved_at=110.0)
+        assert await store.apply([Resolve(first)]) == [True]
+        # The same request resolved again (a lost compare-and-set), among good ones, all
+        # queued at once so that they share commits.
+        again = dataclasses.replace(reqs[0], status=Status.ANSWERED, value="x",
+                                    actor="human:h", resolved_at=111.0)
+        others = [dataclasses.replace(r, status=Status.ANSWERED, value="y", actor="human:h",
+                                      resolved_at=112.0) for r in reqs[1:]]
+        results = await asyncio.gather(store.apply([Resolve(again)]),
+                                       *(store.apply([Resolve(r)]) for r in others))
+        stored = results[0][0]
+        assert stored is not True and stored is not None
+        assert stored.status is Status.CANCELLED  # the first resolution won
+        assert all(r == [True] for r in results[1:])
+        for r in others:
+            got = await store.get_request("t", r.op_id)
+            assert got is not None and got.status is Status.ANSWERED and got.value == "y"
+    finally:
+        await store.close()
+
+
+async def test_lone_job_failure_rolls_back_and_the_next_commits(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    try:
+        def half_then_fail(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO tenants VALUES ('half', 1.0)")
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError):
+            await store._write(half_then_fail)
+        assert await store._read("SELECT 1 FROM tenants WHERE name='half'") == []
+        with pytest.raises(StoreError):
+            await store._write(lambda c: c.execute("INSERT INTO nowhere VALUES (1)"))
+        assert await store.apply([Insert(new_request("after"))]) == [True]
+        assert await store.get_request("t", "after") is not None
+    finally:
+        await store.close()
