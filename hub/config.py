@@ -109,8 +109,8 @@ class Settings:
     #: Asks one room (conversation) admits per second, on average; more is ``overloaded``
     #: (retryable: false), so that one flooded room cannot take the hub from every other
     #: (0: no limit). Bursts up to ``room_ask_burst``.
-    room_ask_rate: float = 200.0
-    room_ask_burst: int = 200
+    room_ask_rate: float = 1000.0
+    room_ask_burst: int = 1000
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

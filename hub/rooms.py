@@ -384,7 +384,10 @@ class RoomHost:
         """
         room = self.rooms.get(key)
         if room is None:
-            return  # a room not live has a full bucket and an empty mailbox
+            if self.closed:
+                raise RetryLater("hub is shutting down")
+            # The ask's room comes to life now (with a full bucket), so this ask counts too.
+            room = self.rooms[key] = Room(key, self)
         if len(room.mailbox) >= self.mailbox_size:
             self._refuse(room, rid)
         rate = self.ask_rate

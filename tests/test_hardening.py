@@ -315,3 +315,26 @@ def test_the_write_ahead_log_is_cut_back_after_checkpoints(tmp_path: Path) -> No
         assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_SIZE_LIMIT
     finally:
         conn.close()
+
+
+async def test_a_flooded_room_is_refused_by_rate_and_the_others_are_not(tmp_path: Path) -> None:
+    """Per-room admission (issue 12): a room admits ``room_ask_rate`` asks a second (bursts
+    of ``room_ask_burst``); beyond it the flooder hears ``overloaded`` (never retried by
+    itself), never a silent drop, and every other room goes on as before."""
+    clock = FakeClock()
+    async with serve(tmp_path, clock=clock, room_ask_rate=10.0, room_ask_burst=10) as run:
+        agent = await Raw.open(run, run.agent)
+        ids = [await agent.send(ask_frame(f"hot-{i}", conv="hot", wait=0)) for i in range(15)]
+        by_id: dict[int, dict[str, Any]] = {}
+        while len(by_id) < len(ids):
+            f = await agent.recv()
+            if f.get("id") in ids:
+                by_id[f["id"]] = f
+        kinds = [by_id[i]["type"] if by_id[i]["type"] == "ok" else by_id[i]["code"] for i in ids]
+        assert kinds == ["ok"] * 10 + ["overloaded"] * 5
+        assert all(by_id[i]["retryable"] is False for i in ids[10:])
+        calm = await agent.call(ask_frame("calm-1", conv="calm", wait=0))
+        assert calm["type"] == "ok"
+        clock.advance(1.0)  # the hot room's bucket refills
+        assert (await agent.call(ask_frame("hot-again", conv="hot", wait=0)))["type"] == "ok"
+        await agent.ws.close()
