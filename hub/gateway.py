@@ -55,7 +55,7 @@ WriteNow = Callable[[list[str]], bool]
 class Connection:
     __slots__ = ("id", "meta", "tags", "_send", "_close", "_queue", "_bytes", "limit",
                  "_task", "_closing", "closed", "close_code", "sent", "_write_now",
-                 "_tick", "__weakref__")
+                 "_tick", "_tick_bytes", "__weakref__")
 
     def __init__(self, send: Callable[[str], Coroutine[Any, Any, None]],
                  close: Callable[[int, str], Awaitable[None]], *, limit: int,
@@ -76,12 +76,22 @@ class Connection:
         self._write_now = write_now
         #: frames pushed during this loop iteration, written together at its end
         self._tick: list[str] = []
+        self._tick_bytes = 0
 
     def push(self, text: str) -> bool:
         """Queue one frame; never blocks. False if the connection is (now) closed."""
         if self.closed:
             return False
         size = len(text)
+        if self._write_now is not None and self._task is None:
+            # Written at the end of this loop iteration, straight to the transport (which
+            # buffers what the socket does not take at once, as a send would): not the
+            # outbox, which holds only what waits for a paused transport.
+            if not self._tick:
+                _flusher.add(self)
+            self._tick.append(text)
+            self._tick_bytes += size
+            return True
         # One frame alone always fits (else a big reply could never be delivered); the
         # limit is on how far the socket falls behind.
         if self._bytes and self._bytes + size > self.limit:
@@ -89,11 +99,6 @@ class Connection:
             self.kill(CloseCode.RESYNC, "resync: outbox overflow")
             return False
         self._bytes += size
-        if self._write_now is not None and self._task is None:
-            if not self._tick:
-                _flusher.add(self)
-            self._tick.append(text)
-            return True
         if self._task is None:
             # Fast path, no task: a send to a writable socket completes without suspending
             # (uvicorn writes to the transport at once), so run it to its end right here.
@@ -119,6 +124,7 @@ class Connection:
         """Write this iteration's frames in one go; if the transport cannot take them,
         they go to the outbox, in order, for the writer task."""
         frames, self._tick = self._tick, []
+        size, self._tick_bytes = self._tick_bytes, 0
         if not frames or self.closed:
             return
         assert self._write_now is not None
@@ -129,16 +135,22 @@ class Connection:
             self.closed = True
             return
         if written:
-            self._bytes -= sum(len(t) for t in frames)
             self.sent += len(frames)
             return
+        # The transport is paused: the frames wait in the outbox, under its limit (one
+        # iteration's frames always fit in an empty outbox, as one frame does).
+        if self._bytes and self._bytes + size > self.limit:
+            log.warning("conn=%s outbox over %d bytes: closing with resync", self.id, self.limit)
+            self.kill(CloseCode.RESYNC, "resync: outbox overflow")
+            return
+        self._bytes += size
         self._queue.extend(frames)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._flush())
 
     @property
     def queued_bytes(self) -> int:
-        return self._bytes
+        return self._bytes + self._tick_bytes
 
     async def _flush(self, coro: Any = None, pending: Any = None, size: int = 0) -> None:
         try:
@@ -166,6 +178,7 @@ class Connection:
         self.close_code = code
         self._queue.clear()
         self._tick.clear()
+        self._tick_bytes = 0
         self._bytes = 0
         if self._task is not None:
             self._task.cancel()

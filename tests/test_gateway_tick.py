@@ -65,12 +65,17 @@ async def test_a_paused_transport_gets_them_in_order_later() -> None:
     assert t.writes == [["d"]]
 
 
-async def test_the_outbox_limit_holds_for_pushes_not_yet_written() -> None:
+async def test_the_outbox_limit_holds_while_the_transport_is_paused() -> None:
     t = FakeTransport()
     conn = Connection(t.send, t.close, limit=10, write_now=t.write_now)
-    assert conn.push("x" * 8)
-    assert not conn.push("y" * 8)  # over the limit before the iteration ended
-    assert conn.closed and conn.close_code == CloseCode.RESYNC
+    assert conn.push("x" * 8) and conn.push("y" * 8)  # one iteration's frames: no limit
     await asyncio.sleep(0)
-    assert t.writes == []  # the queue was dropped, never the data (resync)
+    assert t.writes == [["x" * 8, "y" * 8]]
+    t.paused = True
+    assert conn.push("a" * 8) and conn.push("b" * 8)
+    await asyncio.sleep(0)  # paused: both wait in the (empty) outbox, as one frame would
+    assert conn.queued_bytes == 16 and not conn.closed
+    assert not conn.push("c" * 8)  # the socket fell behind by more than the limit
+    assert conn.closed and conn.close_code == CloseCode.RESYNC
+    assert conn.queued_bytes == 0  # the queue was dropped, never the data (resync)
     await conn.aclose()
