@@ -7,6 +7,7 @@ rooms release after commit are turned into pushes here, each frame encoded once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -72,6 +73,7 @@ class HubService:
         self.clock: Clock = clock or SystemClock()
         self.bus: Bus = bus or LocalBus()
         self.gateway = Gateway()
+        self._rids = itertools.count(1)
         self.memory = Reclaimer(self.clock)
         # With other nodes on the same store, the store decides (compare-and-set) and a room's
         # cache is re-read when a wake-up or the reconcile loop says another node changed it.
@@ -324,6 +326,10 @@ class HubService:
                         Envelope(DeadlineReached(OpId(due.op_id)), None, f"alarm:{due.op_id}"))
 
     # -- entry points
+
+    def next_rid(self, prefix: str) -> str:
+        """A request id for the logs: ``<prefix><n>``, counted per hub."""
+        return f"{prefix}{next(self._rids)}"
 
     def forget_humans(self, tenant: str) -> None:
         """Drop the cached humans of ``tenant`` (one was just added)."""

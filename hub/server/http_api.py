@@ -25,7 +25,6 @@ built beside the routes, in ``hub.server.openapi``.
 
 from __future__ import annotations
 
-import itertools
 import secrets
 from typing import Any
 
@@ -54,15 +53,14 @@ from hub.server.errors import endpoint
 from hub.service import listing
 from hub.store import Role
 
-_rids = itertools.count(1)
-
 ASK_FIELDS = frozenset({"op_id", "to", "question", "conversation", "kind", "choices", "context",
                         "default", "wait", "expires_in", "schema", "tools"})
 DEFAULT_CONVERSATION = openapi.DEFAULT_CONVERSATION
 
 
-def new_rid() -> str:
-    return f"h{next(_rids)}"
+def new_rid(request: Request) -> str:
+    """A request id for the logs (``h<n>``), counted by this hub."""
+    return hub_of(request).next_rid("h")
 
 
 def wait_param(raw: str | None, default: float) -> float:
@@ -142,7 +140,7 @@ async def create_request(request: Request) -> Response:
     op_id = op_id_of(request, body)
     body.pop("op_id", None)
     ask, schema, tools, wait = parse_create(body, op_id)
-    rid = new_rid()
+    rid = new_rid(request)
     if wait is None:
         req, attached = await hub.submit(who, ask, rid, schema=schema, tools=tools)
     else:
@@ -158,7 +156,7 @@ async def get_request(request: Request) -> Response:
     pending (each read extends an open-ended deadline to now + S + 10 s)."""
     who = await authenticate(request, Role.AGENT)
     wait = wait_param(request.query_params.get("wait"), 0.0)
-    req = await hub_of(request).wait_for(who, request.path_params["op_id"], wait, new_rid())
+    req = await hub_of(request).wait_for(who, request.path_params["op_id"], wait, new_rid(request))
     return request_json(req)
 
 
@@ -168,7 +166,7 @@ async def cancel_request(request: Request) -> Response:
     carrying the resolution that won."""
     who = await authenticate(request, Role.AGENT, state_changing=True)
     op_id = OpId(request.path_params["op_id"])
-    req = await hub_of(request).call(who, CancelRequested(op_id), new_rid())
+    req = await hub_of(request).call(who, CancelRequested(op_id), new_rid(request))
     return request_json(req)
 
 
@@ -208,7 +206,7 @@ async def respond(request: Request) -> Response:
         raise Invalid("field 'status' must be 'answered' or 'declined'")
     event = AnswerSubmitted(OpId(request.path_params["op_id"]), who.name, Status(status_raw),
                             body.get("value"))
-    req = await hub.call(who, event, new_rid())
+    req = await hub.call(who, event, new_rid(request))
     return request_json(req)
 
 

@@ -487,7 +487,7 @@ async def chat_completions(request: Request) -> Response:
                               "(GET /v1/models lists them)")
     op_id = await choose_op_id(hub, who, call, request.headers.get("idempotency-key"))
     ask = ask_of(call, op_id)
-    rid = new_rid()
+    rid = new_rid(request)
     if call.stream:
         # Commit (or re-attach) first, so that refusals are plain HTTP errors; then stream.
         req, attached = await hub.submit(who, ask, rid, schema=call.schema, tools=call.tools)
