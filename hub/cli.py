@@ -44,6 +44,10 @@ _HELP = {
     "header_timeout": "seconds a client has to send a request's headers",
     "max_pending_bytes_per_tenant": "bytes the pending requests of one tenant may hold",
     "metrics_public": "serve /metrics without an admin token",
+    "room_ask_rate": "asks per second one room (conversation) admits; more is 'overloaded' (0: off)",
+    "room_ask_burst": "asks one room admits at once before its rate applies",
+    "store": "store URL: postgresql://USER@HOST:PORT/DB (default: the SQLite file --db)",
+    "bus": "bus between nodes: nats://HOST:PORT (default: none, this node serves alone)",
     "bootstrap_tenant": "tenant created on the first start of an empty store",
     "bootstrap_human": "human created on the first start of an empty store",
 }
