@@ -46,8 +46,6 @@ _HELP = {
     "metrics_public": "serve /metrics without an admin token",
     "room_ask_rate": "asks per second one room (conversation) admits; more is 'overloaded' (0: off)",
     "room_ask_burst": "asks one room admits at once before its rate applies",
-    "store": "store URL: postgresql://USER@HOST:PORT/DB (default: the SQLite file --db)",
-    "bus": "bus between nodes: nats://HOST:PORT (default: none, this node serves alone)",
     "bootstrap_tenant": "tenant created on the first start of an empty store",
     "bootstrap_human": "human created on the first start of an empty store",
 }
