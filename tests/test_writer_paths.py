@@ -10,14 +10,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_store_contract import new_request
 
 from hub.core import Insert, Resolve
 from hub.protocol import Status
 from hub.store import StoreError
 from hub.store.sqlite import SQLiteStore
-from tests.test_store_contract import new_request
-
-pytestmark = pytest.mark.asyncio
 
 
 async def test_batch_with_a_lost_compare_and_set_falls_back(tmp_path: Path) -> None:
