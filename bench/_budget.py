@@ -19,7 +19,8 @@ import re
 import sys
 from collections import Counter
 
-_THREAD = re.compile(r"^thread \((\d+)\): ?(.*)$")
+from bench._collapse import stacks
+
 _FRAME = re.compile(r"^(.*) \((.*?):(\d+)\)$")
 
 #: (stage, function regex, file regex): first match from the leaf up wins.
@@ -107,34 +108,22 @@ def budget(path: str) -> tuple[Counter[str], int, Counter[str]]:
     stages: Counter[str] = Counter()
     unmatched: Counter[str] = Counter()
     total = 0
-    with open(path) as f:
-        for raw in f:
-            raw = raw.rstrip("\n")
-            if not raw:
-                continue
-            stack, _, n_s = raw.rpartition(" ")
-            n = int(n_s)
-            parts = stack.split(";")
-            thread = ""
-            m = _THREAD.match(parts[0]) if parts else None
-            if m:
-                thread = m.group(2)
-                parts = parts[1:]
-            frames = []
-            for p in parts:
-                fm = _FRAME.match(p)
-                if fm:
-                    frames.append((fm.group(1), fm.group(2), int(fm.group(3))))
-                else:
-                    frames.append((p, "", 0))
-            if thread.startswith("a2h-sqlite-writer"):
-                stage = _writer_stage(frames, src)
+    for _, thread, parts, n in stacks(path):
+        frames = []
+        for p in parts:
+            fm = _FRAME.match(p)
+            if fm:
+                frames.append((fm.group(1), fm.group(2), int(fm.group(3))))
             else:
-                stage = classify(frames)
-            stages[stage] += n
-            total += n
-            if stage == "other" and frames:
-                unmatched[f"{frames[-1][0]} ({frames[-1][1].rsplit('/', 1)[-1]})"] += n
+                frames.append((p, "", 0))
+        if thread.startswith("a2h-sqlite-writer"):
+            stage = _writer_stage(frames, src)
+        else:
+            stage = classify(frames)
+        stages[stage] += n
+        total += n
+        if stage == "other" and frames:
+            unmatched[f"{frames[-1][0]} ({frames[-1][1].rsplit('/', 1)[-1]})"] += n
     return stages, total, unmatched
 
 
