@@ -64,3 +64,43 @@ async def test_lone_job_failure_rolls_back_and_the_next_commits(tmp_path: Path) 
         assert await store.get_request("t", "after") is not None
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("count", [1, 3, 5, 8, 9])
+def test_bulk_rows_equal_item_by_item(tmp_path: Path, count: int) -> None:
+    """The bulk statements (multi-row VALUES, padded to a power of two by repeating the last
+    row) store exactly what the item-by-item path stores, and a padded repeat changes
+    nothing twice."""
+    from test_store_contract import resolved
+
+    from hub.core import Extend
+    from hub.store.sqlite import _bulk, _fetch, apply_op, connect_sync
+
+    reqs = [new_request(f"op{i}", conv=f"c{i % 2}", question=f"Q {i} ü") for i in range(count)]
+    later = [dataclasses.replace(r, deadline=r.deadline + 30) for r in reqs]
+    done = [resolved(r, Status.ANSWERED if i % 2 else Status.DECLINED, at=106.0 + i)
+            for i, r in enumerate(reqs)]
+    done = [dataclasses.replace(d, value={"n": i, "text": "ok"}, human_seconds=1.5 * i)
+            for i, d in enumerate(done)]
+    bulk_db, item_db = (connect_sync(tmp_path / "bulk.db"), connect_sync(tmp_path / "item.db"))
+    try:
+        ops = ([Insert(r) for r in reqs] + [Extend(r) for r in later[: count // 2 + 1]]
+               + [Resolve(d) for d in done[: count - 1 or 1]])
+        bulk_db.execute("BEGIN IMMEDIATE")
+        before = bulk_db.total_changes
+        assert _bulk(bulk_db, ops, savepoint=False)
+        assert bulk_db.total_changes - before == len(ops)
+        bulk_db.execute("COMMIT")
+        item_db.execute("BEGIN IMMEDIATE")
+        assert all(apply_op(item_db, op) is True for op in ops)
+        item_db.execute("COMMIT")
+        for r in reqs:
+            a, b = _fetch(bulk_db, "t", r.op_id), _fetch(item_db, "t", r.op_id)
+            assert a is not None and a == b
+        # A lost compare-and-set in the batch: nothing of it is applied, the caller is told.
+        bulk_db.execute("BEGIN IMMEDIATE")
+        assert not _bulk(bulk_db, [Resolve(done[0])])
+        bulk_db.execute("ROLLBACK")
+    finally:
+        bulk_db.close()
+        item_db.close()

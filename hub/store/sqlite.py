@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -531,18 +531,43 @@ def _post(loop: asyncio.AbstractEventLoop | None, sinks: list[asyncio.Future[Any
 #: UPDATE ... FROM needs SQLite 3.33; older libraries take the per-item path.
 _BULK_OK = sqlite3.sqlite_version_info >= (3, 33, 0)
 
-_INS = (f"INSERT OR IGNORE INTO requests ({_COLUMNS}) SELECT "
-        + ", ".join(f"CAST(json_extract(value, '$[{k}]') AS BLOB)" if k in (5, 8)
-                    else f"json_extract(value, '$[{k}]')" for k in range(15))
-        + " FROM json_each(?)")
-_RES = ("UPDATE requests SET status = json_extract(v.value, '$[2]'), "
-        "value = CAST(json_extract(v.value, '$[3]') AS BLOB), actor = json_extract(v.value, '$[4]'), "
-        "resolved_at = json_extract(v.value, '$[5]'), human_seconds = json_extract(v.value, '$[6]') "
-        "FROM json_each(?) AS v WHERE requests.tenant = json_extract(v.value, '$[0]') "
-        "AND requests.op_id = json_extract(v.value, '$[1]') AND requests.status = 'pending'")
-_EXT = ("UPDATE requests SET deadline = json_extract(v.value, '$[2]') FROM json_each(?) AS v "
-        "WHERE requests.tenant = json_extract(v.value, '$[0]') "
-        "AND requests.op_id = json_extract(v.value, '$[1]') AND requests.status = 'pending'")
+
+@lru_cache(maxsize=256)
+def _rows_sql(head: str, width: int, rows: int, tail: str = "") -> str:
+    """``head`` + ``VALUES (?,..),(?,..)`` for ``rows`` rows of ``width`` + ``tail``."""
+    row = "(" + ",".join("?" * width) + ")"
+    return head + "VALUES " + ",".join([row] * rows) + tail
+
+
+#: Bulk statements by kind: plain bound parameters, one multi-row VALUES list per statement
+#: (no JSON to parse per column). Row counts are padded to a power of two by repeating the
+#: last row, so a few prepared statements serve every batch (the module caches them by
+#: text); a repeated row changes nothing twice: the insert ignores it, the compare-and-set
+#: no longer matches it.
+_INS_HEAD = f"INSERT OR IGNORE INTO requests ({_COLUMNS}) "
+_RES_HEAD = "WITH v(t, o, s, val, a, ra, hs) AS ("
+_RES_TAIL = (") UPDATE requests SET status = v.s, value = v.val, actor = v.a, resolved_at = v.ra, "
+             "human_seconds = v.hs FROM v WHERE requests.tenant = v.t AND requests.op_id = v.o "
+             "AND requests.status = 'pending'")
+_EXT_HEAD = "WITH v(t, o, d) AS ("
+_EXT_TAIL = (") UPDATE requests SET deadline = v.d FROM v WHERE requests.tenant = v.t "
+             "AND requests.op_id = v.o AND requests.status = 'pending'")
+#: Rows per statement: SQLite's default limit of bound parameters (32,766) over 15 columns.
+_MAX_ROWS = 2048
+
+
+def _padded(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _run_bulk(conn: sqlite3.Connection, head: str, tail: str, width: int,
+              rows: list[tuple[Any, ...]]) -> None:
+    for at in range(0, len(rows), _MAX_ROWS):
+        chunk = rows[at:at + _MAX_ROWS]
+        n = _padded(len(chunk))
+        params = [v for row in chunk for v in row]
+        params.extend(chunk[-1] * (n - len(chunk)))
+        conn.execute(_rows_sql(head, width, n, tail), params)
 
 
 def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) -> bool:
@@ -551,31 +576,36 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) ->
 
     Without ``savepoint`` (the ops are all the transaction holds) a False means the
     caller must roll the transaction back: part of the ops may have been applied."""
-    ins, ext, res = [], [], []
+    if not _BULK_OK:
+        return False
+    ins: list[tuple[Any, ...]] = []
+    ext: list[tuple[Any, ...]] = []
+    res: list[tuple[Any, ...]] = []
     for op in ops:
         r = op.request
         if isinstance(op, Insert):
-            ins.append((r.tenant, r.op_id, r.conversation, r.to, r.sender, _payload(r).decode(),
+            ins.append((r.tenant, r.op_id, r.conversation, r.to, r.sender, _payload(r),
                         r.payload_hash, r.status.value,
-                        orjson.dumps(r.value).decode() if r.value is not None else None, r.actor,
+                        orjson.dumps(r.value) if r.value is not None else None, r.actor,
                         r.created_at, r.deadline, int(r.fixed_deadline), r.resolved_at,
                         r.human_seconds))
         elif isinstance(op, Resolve):
             res.append((r.tenant, r.op_id, r.status.value,
-                        orjson.dumps(r.value).decode() if r.value is not None else None, r.actor,
+                        orjson.dumps(r.value) if r.value is not None else None, r.actor,
                         r.resolved_at, r.human_seconds))
         else:
             ext.append((r.tenant, r.op_id, r.deadline))
-    if not _BULK_OK:
-        return False
     if savepoint:
         conn.execute("SAVEPOINT bulk")
     before = conn.total_changes
     try:
         # Inserts first: a batch may create a request and resolve it in one go.
-        for sql, rows in ((_INS, ins), (_EXT, ext), (_RES, res)):
-            if rows:
-                conn.execute(sql, (orjson.dumps(rows).decode(),))
+        if ins:
+            _run_bulk(conn, _INS_HEAD, "", 15, ins)
+        if ext:
+            _run_bulk(conn, _EXT_HEAD, _EXT_TAIL, 3, ext)
+        if res:
+            _run_bulk(conn, _RES_HEAD, _RES_TAIL, 7, res)
     except sqlite3.OperationalError as exc:
         if _whole_batch(exc):
             raise
