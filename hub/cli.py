@@ -25,6 +25,9 @@ EXIT_PENDING = 13
 _HELP = {
     "host": "address to listen on", "port": "port to listen on (0: any free port)",
     "db": "SQLite database file", "sync": "SQLite synchronous mode: full or normal",
+    "commit_delay": "seconds a SQLite commit under load waits after the previous one "
+                    "started, so more writes share its fsync (0: off)",
+    "commit_siblings": "callers in the previous SQLite commit that make the next one wait",
     "store": "store URL shared by several nodes, postgresql://USER@HOST:PORT/DB "
              "(default: the SQLite --db)",
     "bus": "bus between nodes, nats://HOST:PORT (default: this node serves alone)",
@@ -349,7 +352,9 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
     from hub.store import open_store
 
     async def run() -> tuple[str, str] | None:
-        store = open_store(settings.store or settings.db, synchronous=settings.sync)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync,
+                           commit_delay=settings.commit_delay,
+                           commit_siblings=settings.commit_siblings)
         await store.open()
         try:
             return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)

@@ -18,6 +18,12 @@ class Settings:
     store: str = ""
     #: SQLite synchronous mode: "full" (durable against power loss) or "normal".
     sync: str = "full"
+    #: SQLite group commit under load: a commit that follows one of at least
+    #: ``commit_siblings`` callers starts no sooner than ``commit_delay`` seconds after the
+    #: previous one started, so that more callers share its fsync (PostgreSQL's
+    #: commit_delay / commit_siblings). Light load never waits. 0: off.
+    commit_delay: float = 0.003
+    commit_siblings: int = 4
     #: Seconds a room may sit idle before it is dropped from memory (hibernation).
     room_idle: float = 30.0
     #: Messages a room's mailbox holds before callers get ``overloaded``.

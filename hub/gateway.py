@@ -55,7 +55,7 @@ WriteNow = Callable[[list[str]], bool]
 class Connection:
     __slots__ = ("id", "meta", "tags", "_send", "_close", "_queue", "_bytes", "limit",
                  "_task", "_closing", "closed", "close_code", "sent", "_write_now",
-                 "_tick", "_tick_bytes", "__weakref__")
+                 "_tick", "_tick_bytes", "flusher", "__weakref__")
 
     def __init__(self, send: Callable[[str], Coroutine[Any, Any, None]],
                  close: Callable[[int, str], Awaitable[None]], *, limit: int,
@@ -74,6 +74,8 @@ class Connection:
         self.close_code: int | None = None
         self.sent = 0
         self._write_now = write_now
+        #: ends the loop iterations of this connection's pushes (the gateway's, once added)
+        self.flusher: _Flusher | None = None
         #: frames pushed during this loop iteration, written together at its end
         self._tick: list[str] = []
         self._tick_bytes = 0
@@ -88,7 +90,9 @@ class Connection:
             # buffers what the socket does not take at once, as a send would): not the
             # outbox, which holds only what waits for a paused transport.
             if not self._tick:
-                _flusher.add(self)
+                if self.flusher is None:  # not in a gateway (tests): its own
+                    self.flusher = _Flusher()
+                self.flusher.add(self)
             self._tick.append(text)
             self._tick_bytes += size
             return True
@@ -238,15 +242,17 @@ class _Flusher:
     def __init__(self) -> None:
         self._dirty: list[Connection] = []
         self._scheduled = False
+        #: the loop of the first push (a gateway lives in one): asked once, since
+        #: ``asyncio.get_running_loop()`` costs a ``getpid()`` system call on Python 3.11
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, conn: Connection) -> None:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new loop (tests run several): start afresh
-            self._loop, self._dirty, self._scheduled = loop, [], False
         self._dirty.append(conn)
         if not self._scheduled:
             self._scheduled = True
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
@@ -255,8 +261,6 @@ class _Flusher:
         for conn in dirty:
             conn.flush_tick()
 
-
-_flusher = _Flusher()
 
 
 class Gateway:
@@ -269,9 +273,12 @@ class Gateway:
         self.published = 0
         self.delivered = 0
         self.resyncs = 0
+        #: writes every connection's frames of one loop iteration at its end
+        self._flusher = _Flusher()
 
     def add(self, conn: Connection) -> None:
         conn.id = next(self._ids)
+        conn.flusher = self._flusher
         self.connections.add(conn)
 
     def remove(self, conn: Connection) -> None:
@@ -321,7 +328,7 @@ class Gateway:
         """Wait (at most ``timeout`` s) until every connection has handed its queued frames
         to its transport. Sends to writable sockets complete at once, so only the writer
         tasks of paused sockets are waited on."""
-        _flusher.flush()
+        self._flusher.flush()
         tasks = [c._task for c in self.connections if c._task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)

@@ -331,6 +331,8 @@ class RoomHost:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ready: list[Room] = []
         self._tick = False
+        #: asked once: ``asyncio.get_running_loop()`` is a ``getpid()`` call on Python 3.11
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = 0
         self._drained: asyncio.Future[None] | None = None
         self._sweep_timer: Timer | None = None
@@ -422,7 +424,10 @@ class RoomHost:
         self._ready.append(room)
         if not self._tick:
             self._tick = True
-            asyncio.get_running_loop().call_soon(self._run_ready)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._run_ready)
 
     def _run_ready(self) -> None:
         """Start a step in every ready room; the fast ones' commits go to the store

@@ -65,7 +65,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                clock: Clock | None = None, web_dir: Path | None = None) -> Starlette:
     settings = settings or Settings()
     if store is None:
-        store = open_store(settings.store or settings.db, synchronous=settings.sync)
+        store = open_store(settings.store or settings.db, synchronous=settings.sync,
+                           commit_delay=settings.commit_delay,
+                           commit_siblings=settings.commit_siblings)
     hub = HubService(settings, store, clock, open_bus(settings.bus, drop=settings.bus_drop))
     mcp = mcp_endpoint(hub)  # None without the mcp extra
 

@@ -34,11 +34,13 @@ __all__ = ["Delivery", "Due", "Endpoint", "NewerDatabase", "Principal", "Role", 
 _POSTGRES = {"postgresql", "postgres"}
 
 
-def open_store(target: str, *, synchronous: str = "full") -> Store:
+def open_store(target: str, *, synchronous: str = "full", commit_delay: float = 0.0,
+               commit_siblings: int = 4) -> Store:
     """The store for ``target``: a file path (SQLite) or a URL whose scheme names a backend.
 
     ``synchronous`` is SQLite's durability mode (``full`` survives power loss, ``normal``
-    survives kill -9); PostgreSQL's durability is the server's configuration. Raises
+    survives kill -9), ``commit_delay`` / ``commit_siblings`` its group commit under load
+    (``SQLiteStore``); PostgreSQL's durability is the server's configuration. Raises
     :class:`UnsupportedStore` for a scheme this build lacks (or PostgreSQL without asyncpg);
     its message never shows a password.
     """
@@ -46,7 +48,8 @@ def open_store(target: str, *, synchronous: str = "full") -> Store:
     if not sep:
         from hub.store.sqlite import SQLiteStore
 
-        return SQLiteStore(target, synchronous=synchronous)
+        return SQLiteStore(target, synchronous=synchronous, commit_delay=commit_delay,
+                           commit_siblings=commit_siblings)
     if scheme.lower() in _POSTGRES:
         try:
             from hub.store.postgres import PostgresStore
