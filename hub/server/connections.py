@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -28,6 +29,44 @@ log = logging.getLogger("a2h.connections")
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
          b"content-length: 42\r\nconnection: close\r\n\r\n"
          b"too many connections from this address\r\n\r\n")
+
+
+class _Inbox:
+    """The queue of messages a WebSocket protocol hands to its app (``asyncio.Queue``'s
+    ``put_nowait`` / ``get`` / ``empty``, which is all uvicorn uses), without its cost per
+    message: one consumer, a deque, and the loop known from the start (``asyncio.Queue``
+    asks for the running loop, a ``getpid()`` call on Python 3.11, each time it waits)."""
+
+    __slots__ = ("_items", "_waiter", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop = loop
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
 
 
 class ConnectionGuard:
@@ -74,6 +113,10 @@ def protocols(guard: ConnectionGuard) -> tuple[type[asyncio.Protocol], type[asyn
         # Only ever made by an HTTP connection that was admitted and is upgrading: the
         # count moves with the transport and is released when the socket ends.
         _a2h_host = ""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.queue = _Inbox(self.loop)  # type: ignore[assignment]
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self._a2h_host = _host(transport)
