@@ -338,3 +338,40 @@ async def test_a_flooded_room_is_refused_by_rate_and_the_others_are_not(tmp_path
         clock.advance(1.0)  # the hot room's bucket refills
         assert (await agent.call(ask_frame("hot-again", conv="hot", wait=0)))["type"] == "ok"
         await agent.ws.close()
+
+
+async def test_a_socket_whose_frames_are_refused_is_read_later_and_loses_none(
+        tmp_path: Path) -> None:
+    """Backpressure (issue 12): after FAIR_FRAMES refusals in a row a socket is not read for
+    REFUSED_PAUSE (hub clock), so a flood costs the others nothing; every frame it sent is
+    still answered, in order, once it is read."""
+    from hub.server.ws import FAIR_FRAMES, REFUSED_PAUSE
+
+    clock = FakeClock()
+    async with serve(tmp_path, clock=clock, room_ask_rate=10.0, room_ask_burst=10) as run:
+        flooder = await Raw.open(run, run.agent)
+        other = await Raw.open(run, run.human)
+        ids = [await flooder.send(ask_frame(f"hot-{i}", conv="hot", wait=0)) for i in range(30)]
+        got: list[dict[str, Any]] = []
+
+        async def read_until_quiet() -> None:
+            while True:
+                try:
+                    got.append(await flooder.recv(timeout=0.3))
+                except TimeoutError:
+                    return
+
+        await read_until_quiet()
+        # 10 admitted, FAIR_FRAMES refused, then the socket rests: the rest wait unread.
+        assert len(got) == 10 + FAIR_FRAMES
+        assert (await other.call({"type": "ping"}))["type"] == "ok"  # the others go on
+        while len(got) < len(ids):
+            clock.advance(REFUSED_PAUSE)
+            await read_until_quiet()
+        by_id = {f["id"]: f for f in got}
+        assert sorted(by_id) == ids and len(got) == len(ids)  # every frame answered once
+        assert [by_id[i]["type"] for i in ids[:10]] == ["ok"] * 10
+        assert all(by_id[i]["code"] == "overloaded" and by_id[i]["retryable"] is False
+                   for i in ids[10:])
+        await flooder.ws.close()
+        await other.ws.close()

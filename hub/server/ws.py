@@ -33,6 +33,7 @@ from hub.protocol import (
     HubError,
     InboxQuery,
     LimitExceeded,
+    Overloaded,
     Ping,
     RateLimited,
     Respond,
@@ -58,6 +59,11 @@ FrameHandler = Callable[["Session", Any], Awaitable[None]]
 
 #: Frames one socket may have handled in a row before it lets the loop run others.
 FAIR_FRAMES = 8
+#: A socket whose last ``FAIR_FRAMES`` frames were all refused (``overloaded``,
+#: ``rate_limited``) is not read for this long: its next frames wait in the kernel, where TCP
+#: pushes back on the sender, instead of costing everyone else the work of refusing them.
+#: Every frame read is still answered; none is dropped.
+REFUSED_PAUSE = 0.05
 
 AGENT_FRAMES = (Ask, Wait, Cancel, Unwatch)
 HUMAN_FRAMES = (InboxQuery, HistoryQuery, Respond)
@@ -75,6 +81,8 @@ class Session:
         # Token bucket: ``rate`` messages per second, bursts up to ``burst``.
         self._tokens = hub.settings.burst
         self._refilled = hub.clock.now()
+        #: frames refused (``overloaded``, ``rate_limited``) so far
+        self.refused = 0
 
     # -- the session's tasks: work that outlives the frame handler, owned by the session
 
@@ -126,6 +134,8 @@ class Session:
         self.conn.push(text)
 
     def send_error(self, exc: HubError, fid: int | None) -> None:
+        if isinstance(exc, Overloaded | RateLimited):
+            self.refused += 1
         self.send(error_frame(exc, fid))
 
     def rid(self, fid: int) -> str:
@@ -298,6 +308,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),
                              hub.settings.heartbeat))
     handled = 0
+    refused_run = 0  # frames in a row that were refused
     try:
         while True:
             msg = await websocket.receive()
@@ -316,9 +327,15 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             if len(text) > max_frame:
                 conn.kill(CloseCode.TOO_BIG, "frame too big")
                 break
+            refused = session.refused
             await session.handle(text)
             if conn.closed:
                 break
+            refused_run = refused_run + 1 if session.refused > refused else 0
+            if refused_run >= FAIR_FRAMES:
+                refused_run = handled = 0
+                await session.hub.clock.sleep(REFUSED_PAUSE)
+                continue
             handled += 1
             if handled >= FAIR_FRAMES:
                 # Frames that arrived together are all queued already: handled back to
