@@ -594,7 +594,7 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
         L.append("## 5. Overload: one hot room")
         L.append("")
         L.append(f"{p.get('overload_agents')} agents ask at {p.get('overload_rate')}/s each in "
-                 f"their own rooms (paced, closed loop), first alone (*calm*), then while one "
+                 f"their own rooms (paced), first alone (*calm*), then while one "
                  f"socket sends bursts of {p.get('flood_burst')} asks every "
                  f"{p.get('flood_interval_ms')} ms into one room (*flooded*, "
                  f"{_fmt(ov.get('flood_offered_per_s'))} asks/s offered); the hub runs with "
@@ -619,6 +619,14 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
                  f"`overloaded` carried `retryable: false` "
                  f"({_fmt(fl.get('overloaded_not_retryable'))} of "
                  f"{_fmt((fl.get('codes') or {}).get('overloaded', 0))}).")
+        rounds = ov.get("rounds") or []
+        if len(rounds) > 1:
+            L.append("")
+            L.append(f"Calm and flooded alternated {len(rounds)} times; the table pools every "
+                     "sample of every round. Each round's own answer→agent p99, calm → "
+                     "flooded: " + "; ".join(
+                         f"{_fmt(r['calm_p99_ms'], 2)} → {_fmt(r['flooded_p99_ms'], 2)} ms "
+                         f"({_fmt(r['ratio'], 2)}×)" for r in rounds) + ".")
         L.append("")
         if "overload.png" in made:
             L.append(f"![overload.png]({plots_dir}overload.png)")
