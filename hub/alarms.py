@@ -25,6 +25,10 @@ log = logging.getLogger("a2h.alarms")
 REFIRE_AFTER = 5.0
 
 
+#: Seconds before the sweep reads again a full page whose deadlines it had all fired already.
+RESWEEP_AFTER = 0.1
+
+
 class Alarms:
     def __init__(self, store: Store, clock: Clock, fire: Callable[[Due], None], *,
                  sweep_interval: float = 1.0, retention: float = 86400.0,
@@ -82,25 +86,28 @@ class Alarms:
             log.warning("room=%s:%s op=%s alarm not delivered: %s", due.tenant,
                         due.conversation, due.op_id, exc)
 
-    async def sweep(self) -> int:
-        """Fire every overdue pending deadline the store knows."""
+    async def sweep(self) -> tuple[bool, int]:
+        """Fire every overdue pending deadline the store knows (one page of them): (was the
+        page full, so that more may be overdue behind it; how many fired now)."""
         now = self.clock.now()
         dues = await self.store.due(now, self.sweep_limit)
         fired = self._fired
         if len(fired) > 4 * self.sweep_limit:
             for key in [k for k, t in fired.items() if now - t > REFIRE_AFTER]:
                 del fired[key]
+        new = 0
         for d in dues:
             key = (d.tenant, d.op_id)
             t = fired.get(key)
             if t is not None and now - t < REFIRE_AFTER:
                 continue
             fired[key] = now
+            new += 1
             self._fire(d, now)
             if self._first_sweep:
                 crash_point("startup.recovery")
         self._first_sweep = False
-        return len(dues)
+        return len(dues) >= self.sweep_limit, new
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -114,12 +121,16 @@ class Alarms:
                 self._fire(Due(tenant, conv, op_id, deadline), now)
             if now >= self._next_sweep:
                 try:
-                    n = await self.sweep()
+                    full, new = await self.sweep()
                 except Exception:
                     log.exception("alarm sweep failed")
-                    n = 0
-                # A full page means more are overdue: sweep again at once.
-                self._next_sweep = now if n >= self.sweep_limit else now + self.sweep_interval
+                    full, new = False, 0
+                # A full page means more are overdue: sweep again at once if it fired new
+                # ones; if its rooms are still resolving the ones it fired before, shortly,
+                # rather than reading the same page again and again meanwhile.
+                self._next_sweep = (now if full and new else
+                                    now + min(RESWEEP_AFTER, self.sweep_interval) if full else
+                                    now + self.sweep_interval)
             if now >= self._next_purge:
                 try:
                     n = await self.store.purge(now - self.retention)

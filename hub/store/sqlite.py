@@ -685,6 +685,13 @@ def _deliver(sinks: list[asyncio.Future[Any] | Done], results: list[tuple[bool, 
 # ---------------------------------------------------------------------------- the store
 
 
+async def _open_reader(path: str) -> aiosqlite.Connection:
+    reader = await aiosqlite.connect(path, isolation_level=None)
+    await reader.execute("PRAGMA busy_timeout=30000")
+    await reader.execute("PRAGMA query_only=1")
+    return reader
+
+
 class SQLiteStore:
     """SQLite backend of :class:`hub.store.base.Store`."""
 
@@ -694,20 +701,24 @@ class SQLiteStore:
         self.synchronous = synchronous.upper()
         self._writer = _Writer(self.path, self.synchronous, commit_delay, commit_siblings)
         self._reader: aiosqlite.Connection | None = None
+        #: rooms are rebuilt on their own connection (and thread): after a restart with
+        #: many overdue deadlines the first alarm sweep rebuilds thousands of rooms at once,
+        #: and every other read (health checks, inboxes, history) would queue behind them
+        self._room_reader: aiosqlite.Connection | None = None
         self._default_max_pages: int | None = None  # read and used in the writer thread
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
         # Migrations run in the writer thread as it opens; wait for that off the loop.
         await loop.run_in_executor(None, self._writer.start)
-        self._reader = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._reader.execute("PRAGMA busy_timeout=30000")
-        await self._reader.execute("PRAGMA query_only=1")
+        self._reader = await _open_reader(self.path)
+        self._room_reader = await _open_reader(self.path)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            await self._reader.close()
-            self._reader = None
+        for reader in (self._reader, self._room_reader):
+            if reader is not None:
+                await reader.close()
+        self._reader = self._room_reader = None
         await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -715,10 +726,12 @@ class SQLiteStore:
         savepoint), and return its result once the transaction has committed."""
         return await self._writer.submit(fn)
 
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """Run one read-only query on the reader connection."""
-        assert self._reader is not None, "store not open"
-        async with self._reader.execute(sql, params) as cur:
+    async def _read(self, sql: str, params: tuple[Any, ...] = (), *,
+                    reader: aiosqlite.Connection | None = None) -> list[Any]:
+        """Run one read-only query on the reader connection (or ``reader``)."""
+        reader = reader or self._reader
+        assert reader is not None, "store not open"
+        async with reader.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
     # -- identity
@@ -825,7 +838,7 @@ class SQLiteStore:
     async def load_room(self, tenant: str, conversation: str) -> list[Request]:
         rows = await self._read(
             f"SELECT {_COLUMNS} FROM requests WHERE tenant=? AND conversation=? "
-            "AND status='pending'", (tenant, conversation))
+            "AND status='pending'", (tenant, conversation), reader=self._room_reader)
         return [row_to_request(r) for r in rows]
 
     async def inbox(self, tenant: str, handle: str) -> list[Request]:
