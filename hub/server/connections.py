@@ -11,6 +11,10 @@ hub runs it with its own protocol classes, made by :func:`protocols`:
   WebSocket together); one more is answered ``503`` and closed at once. Behind a reverse
   proxy every connection comes from the proxy: raise the limit or set it to 0 (off).
 
+The WebSocket class also hands frames to the app through a one-consumer queue (``_Inbox``)
+instead of uvicorn's ``asyncio.Queue``, which asks for the running loop (a ``getpid()``
+system call on Python 3.11) every time the app waits for a frame.
+
 The counts live in a :class:`ConnectionGuard` owned by the server that made the classes.
 """
 
