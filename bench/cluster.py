@@ -45,12 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -58,10 +56,10 @@ from typing import Any
 from bench import _sys
 from bench._servers import Server
 from bench._sys import now_ns, percentiles, sleep_until_ns
+from bench.natsd import NATS_BIN, NatsServer
 from bench.scenarios import LoadProc, Plan, _close_all, _split, _thread_cpu, log
 
 PG_URL = os.environ.get("A2H_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
-NATS_BIN = shutil.which("nats-server") or "/usr/sbin/nats-server"
 APP_PREFIX = "a2hb_"
 #: PostgreSQL processes shared by every database of the server.
 PG_BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum launcher",
@@ -261,58 +259,6 @@ def _cpu(pid: int) -> float:
         return 0.0
 
 
-# ---------------------------------------------------------------------------- NATS
-
-
-class Nats:
-    """A nats-server of our own on 127.0.0.1, on a port it chose (``-p -1``)."""
-
-    def __init__(self) -> None:
-        self.port = -1
-        self.proc: subprocess.Popen[str] | None = None
-        self.output: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 20.0) -> Nats:
-        self.proc = subprocess.Popen([NATS_BIN, "-a", "127.0.0.1", "-p", "-1"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        ready = threading.Event()
-
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if len(self.output) < 200:
-                    self.output.append(line)
-                m = re.search(r"Listening for client connections on [\d.]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
-        if not ready.wait(timeout):
-            self.stop()
-            raise RuntimeError("nats-server did not start:\n" + "".join(self.output))
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
 # ---------------------------------------------------------------------------- one run
 
 
@@ -329,7 +275,7 @@ def cluster_once(backend: str, nodes: int, cp: ClusterPlan, *,
     rate = total_rate / n if total_rate else 0.0
     servers: list[Server] = []
     procs: list[LoadProc] = []
-    nats: Nats | None = None
+    nats: NatsServer | None = None
     schema = ""
     pg: dict[str, Any] = {}
     try:
@@ -341,7 +287,7 @@ def cluster_once(backend: str, nodes: int, cp: ClusterPlan, *,
             psql(f"CREATE SCHEMA {schema}")
             store = f"{PG_URL}?search_path={schema}"
             tokens = pg_tokens(store, agents=agent_names, humans=all_humans)
-            nats = Nats().start()
+            nats = NatsServer().start()
             servers = [Server("hub", extra=[
                 "--store", f"{store}&application_name={APP_PREFIX}{schema}_n{i}",
                 "--bus", nats.url]) for i in range(nodes)]

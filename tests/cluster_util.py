@@ -12,19 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
 import secrets
 import shutil
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from e2e_util import UNIT, HubProcess, a2h
 
+from bench.natsd import NatsServer as _NatsServer
+
 PG = os.environ.get("A2H_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-NATS_BIN = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
 def psql(sql: str, url: str = PG) -> str:
@@ -44,48 +43,11 @@ def pg_schema() -> Iterator[str]:
         psql(f"DROP SCHEMA {name} CASCADE")
 
 
-class NatsServer:
-    """A nats-server of the test's own, on 127.0.0.1 (a random port the first time)."""
+class NatsServer(_NatsServer):
+    """A nats-server of the test's own (bench/natsd.py), with the tests' time scale."""
 
     def __init__(self) -> None:
-        self.port = -1
-        self.proc: subprocess.Popen[str] | None = None
-        self.output: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> NatsServer:
-        self.proc = subprocess.Popen([NATS_BIN, "-a", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        ready = threading.Event()
-
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                self.output.append(line)
-                m = re.search(r"Listening for client connections on [\d.]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
-        if not ready.wait(20 * UNIT):
-            raise RuntimeError("nats-server did not start:\n" + "".join(self.output))
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def __enter__(self) -> NatsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(timeout=20 * UNIT)
 
 
 class Cluster:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parent.parent))  # bench/ (its nats-server helper)
 
 
 @pytest.hookimpl(tryfirst=True)
