@@ -7,7 +7,6 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
-from enum import Enum
 from typing import Any
 
 import httpx2
@@ -17,7 +16,7 @@ from e2e_util import UNIT, HubProcess, create_token
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
+from test_typed_answers import Channel, Release
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 expect = playwright_expect()
@@ -87,19 +86,6 @@ def test_a_permission_rejected_in_the_inbox_with_a_comment(
     item.get_by_role("button", name="Reject").click()
     decision = json.loads(text_of(call.result(30 * UNIT)))
     assert decision == {"behavior": "deny", "message": "no force pushes"}
-
-
-class Channel(Enum):
-    STABLE = "stable"
-    BETA = "beta"
-
-
-class Release(BaseModel):
-    title: str = Field(description="Shown on the release page")
-    copies: int = Field(ge=1)
-    channel: Channel
-    public: bool = False
-    notes: str | None = None
 
 
 def test_a_typed_answer_filled_in_the_form(hub: HubProcess, agent: SdkClient, human: Human,
