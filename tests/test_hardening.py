@@ -344,7 +344,7 @@ async def test_a_socket_whose_frames_are_refused_is_read_later_and_loses_none(
         tmp_path: Path) -> None:
     """Backpressure (issue 12): after FAIR_FRAMES refusals in a row a socket is not read for
     REFUSED_PAUSE (hub clock), so a flood costs the others nothing; every frame it sent is
-    still answered, in order, once it is read."""
+    still answered, once, when it is read."""
     from hub.server.ws import FAIR_FRAMES, REFUSED_PAUSE
 
     clock = FakeClock()
@@ -352,22 +352,17 @@ async def test_a_socket_whose_frames_are_refused_is_read_later_and_loses_none(
         flooder = await Raw.open(run, run.agent)
         other = await Raw.open(run, run.human)
         ids = [await flooder.send(ask_frame(f"hot-{i}", conv="hot", wait=0)) for i in range(30)]
-        got: list[dict[str, Any]] = []
-
-        async def read_until_quiet() -> None:
-            while True:
-                try:
-                    got.append(await flooder.recv(timeout=0.3))
-                except TimeoutError:
-                    return
-
-        await read_until_quiet()
-        # 10 admitted, FAIR_FRAMES refused, then the socket rests: the rest wait unread.
-        assert len(got) == 10 + FAIR_FRAMES
+        # 10 admitted, FAIR_FRAMES refused; the socket rests (on the hub clock) before it
+        # reads more, so the rest wait unread. (Each reply is sent after the session went
+        # to rest, so once these arrived, the rest is already in place.)
+        got = [await flooder.recv(timeout=10) for _ in range(10 + FAIR_FRAMES)]
+        with pytest.raises(TimeoutError):  # nothing more: a slow machine cannot fake this
+            await flooder.recv(timeout=0.2)
         assert (await other.call({"type": "ping"}))["type"] == "ok"  # the others go on
         while len(got) < len(ids):
-            clock.advance(REFUSED_PAUSE)
-            await read_until_quiet()
+            clock.advance(REFUSED_PAUSE)  # one rest over: the next FAIR_FRAMES are read
+            for _ in range(min(FAIR_FRAMES, len(ids) - len(got))):
+                got.append(await flooder.recv(timeout=10))
         by_id = {f["id"]: f for f in got}
         assert sorted(by_id) == ids and len(got) == len(ids)  # every frame answered once
         assert [by_id[i]["type"] for i in ids[:10]] == ["ok"] * 10

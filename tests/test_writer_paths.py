@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from e2e_util import until
 from test_store_contract import new_request
 
 from hub.core import Insert, Resolve
@@ -106,9 +107,8 @@ def test_bulk_rows_equal_item_by_item(tmp_path: Path, count: int) -> None:
         item_db.close()
 
 
-async def _three_then_lone(store: SQLiteStore, tag: str = "") -> tuple[float, float]:
-    """A commit of three callers (one queue item), then one caller alone and two more
-    while it may still wait: (seconds the lone caller took, commits the three took)."""
+async def _three(store: SQLiteStore, tag: str) -> None:
+    """A commit of three room writes (one queue item, so one commit)."""
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     left = [3]
 
@@ -118,41 +118,37 @@ async def _three_then_lone(store: SQLiteStore, tag: str = "") -> tuple[float, fl
         if not left[0]:
             done.set_result(None)
 
-    store.apply_soon([([Insert(new_request(f"b{i}{tag}"))], told) for i in range(3)])
+    store.apply_soon([([Insert(new_request(f"{tag}{i}"))], told) for i in range(3)])
     await done
-    commits = store.statistics()["commits"]
-    t0 = asyncio.get_running_loop().time()
-    lone = asyncio.ensure_future(store.apply([Insert(new_request(f"lone{tag}"))]))
-    await asyncio.sleep(0.05)
-    more = [asyncio.ensure_future(store.apply([Insert(new_request(f"m{i}{tag}"))]))
-            for i in range(2)]
-    assert await lone == [True]
-    took = asyncio.get_running_loop().time() - t0
-    assert [await m for m in more] == [[True], [True]]
-    return took, store.statistics()["commits"] - commits
 
 
-async def test_commit_delay_batches_under_load_and_never_delays_a_lone_caller(
+async def test_commit_delay_batches_under_load_and_never_delays_the_rest(
         tmp_path: Path) -> None:
-    # After a commit of 3 callers (>= siblings 2) the next one waits out the delay, and the
-    # callers that arrive meanwhile share it: one commit for three.
-    store = SQLiteStore(tmp_path / "a.db", commit_delay=0.3, commit_siblings=2)
+    """After a commit of >= siblings room writes the next one waits for company (up to the
+    delay, an hour here) and room writes that come meanwhile share it; any other job ends
+    the wait at once. Below the siblings nothing waits."""
+    store = SQLiteStore(tmp_path / "a.db", commit_delay=3600.0, commit_siblings=2)
     await store.open()
     try:
-        took, commits = await _three_then_lone(store)
-        assert took >= 0.2 and commits == 1
-        # A job that is not a room write (a journal step, a token) never waits for company.
-        await _three_then_lone(store, "again")
-        t0 = asyncio.get_running_loop().time()
-        await store.create_token("t", Role.AGENT, "a")
-        assert asyncio.get_running_loop().time() - t0 < 0.15
+        await _three(store, "b")
+        commits = store.statistics()["commits"]
+        lone = asyncio.ensure_future(store.apply([Insert(new_request("lone"))]))
+        await until(lambda: store.statistics()["delayed_commits"] == 1)  # it waits
+        more = [asyncio.ensure_future(store.apply([Insert(new_request(f"m{i}"))]))
+                for i in range(2)]
+        await until(lambda: store.statistics()["queued"] == 3)
+        assert not lone.done()
+        # A token (not a room write) ends the wait: one commit for all four.
+        await asyncio.wait_for(store.create_token("t", Role.AGENT, "a"), 10)
+        assert await lone == [True] and [await m for m in more] == [[True], [True]]
+        assert store.statistics()["commits"] - commits == 1
     finally:
         await store.close()
-    # Below the siblings, nobody waits: the lone caller commits at once, alone.
-    store = SQLiteStore(tmp_path / "b.db", commit_delay=0.3, commit_siblings=10)
+    store = SQLiteStore(tmp_path / "b.db", commit_delay=3600.0, commit_siblings=10)
     await store.open()
     try:
-        took, commits = await _three_then_lone(store)
-        assert took < 0.15 and commits == 2
+        await _three(store, "b")
+        assert await asyncio.wait_for(store.apply([Insert(new_request("lone"))]), 10) == [True]
+        assert store.statistics()["delayed_commits"] == 0
     finally:
         await store.close()

@@ -79,6 +79,9 @@ async def metrics(request: Request) -> Response:
     gauge("a2h_store_commits_total", s["commits"], "Group commits.")
     gauge("a2h_store_commit_items_total", s["items"], "Items committed.")
     gauge("a2h_store_commit_batch_max", s["max_batch"], "Largest group-commit batch.")
+    if "delayed_commits" in s:
+        gauge("a2h_store_commits_delayed_total", s["delayed_commits"],
+              "Group commits that waited for company (--commit-delay).")
     gauge("a2h_gateway_resyncs_total", g["resyncs"], "Sockets closed for falling behind.")
     health = await probe(hub)
     for part in ("store", "bus"):

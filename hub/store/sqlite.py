@@ -351,6 +351,8 @@ class _Writer:
         self.max_batch = 0
         self.queued = 0
         self.failed_batches = 0
+        #: commits that waited for company (``--commit-delay``)
+        self.delayed = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -442,10 +444,14 @@ class _Writer:
         time counts): one fsync for more of them. A job that is not a room write (a journal
         step, a lone caller awaiting its future) ends the wait at once. True: stop."""
         items = batch
+        waited = False
         while all(job.ops is not None for job in items):
             wait = until - time.monotonic()
             if wait <= 0:
                 break
+            if not waited:
+                waited = True
+                self.delayed += 1
             try:
                 item = self._q.get(timeout=wait)
             except queue.Empty:
@@ -965,6 +971,7 @@ class SQLiteStore:
             "mean_batch": (w.items / w.commits) if w.commits else 0.0,
             "queued": w.queued - w.items,
             "failed_batches": w.failed_batches,
+            "delayed_commits": w.delayed,
         }
 
     # -- operational limits (SQLite only; also how tests simulate a read-only or full disk)
