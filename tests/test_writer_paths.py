@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from e2e_util import until
-from test_store_contract import new_request
+from test_store_contract import MAX, begin, call, new_request
 
 from hub.core import Insert, Resolve
+from hub.journal import CallFinished
 from hub.protocol import Status
 from hub.store import Role, StoreError
 from hub.store.sqlite import SQLiteStore
@@ -152,3 +153,24 @@ async def test_commit_delay_batches_under_load_and_never_delays_the_rest(
         assert store.statistics()["delayed_commits"] == 0
     finally:
         await store.close()
+
+
+async def test_a_journal_step_reads_only_its_run_and_entry(tmp_path: Path) -> None:
+    """``running`` and ``done`` each take one read (the run joined with its entry) and their
+    writes: every statement of the writer is a hand-over of the GIL. Whether the tenant
+    has notification endpoints is asked only when a step makes a run need attention."""
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    seen: list[str] = []
+    try:
+        await store.run_step("t", begin("e1"), 100.0, MAX)
+        await store._write(lambda c: c.set_trace_callback(seen.append))
+        await store.run_step("t", call("e1", 0), 101.0, MAX)
+        await store.run_step("t", CallFinished("r", "e1", 0, True, {"ok": 1}, None), 102.0, MAX)
+        await store._write(lambda c: c.set_trace_callback(None))
+    finally:
+        await store.close()
+    statements = [s.split()[0].upper() for s in seen]
+    assert statements.count("SELECT") == 2, seen
+    assert not any("notify_endpoints" in s for s in seen), seen
+    assert statements.count("BEGIN") == statements.count("COMMIT") == 3  # 2 steps + the trace

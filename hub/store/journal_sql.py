@@ -160,8 +160,10 @@ def save_entry(conn: sqlite3.Connection, e: Entry) -> None:
 
 
 def step_sync(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
-              max_entries: int = 10_000) -> Step:
-    """Read, decide, write: one journal step inside the writer's transaction."""
+              max_entries: int = 10_000) -> tuple[Step, tuple[RunStatus, str | None] | None]:
+    """Read, decide, write: one journal step inside the writer's transaction. Returns the
+    step and the run's status and reason before it (None: no run yet), read anyway, so
+    callers need not read them again. (The core moves the run it was given in place.)"""
     if isinstance(event, RunStarted):
         snap = Snapshot(load_run(conn, tenant, event.run_id), max_entries=max_entries)
     elif isinstance(event, RunEnded):
@@ -182,12 +184,13 @@ def step_sync(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
                 elif entry is None and event.unsafe and run.escalate_to is None:
                     fallback = _fallback_human(conn, tenant, event.run_id)
         snap = Snapshot(run, entry, later, settlement, fallback, max_entries)
+    was = None if snap.run is None else (snap.run.status, snap.run.reason)
     step = handle(event, snap, now)
     if step.write_run is not None:
         save_run(conn, step.write_run)
     if step.write_entry is not None:
         save_entry(conn, step.write_entry)
-    return step
+    return step, was
 
 
 def purge_runs_sync(conn: sqlite3.Connection, finished_before: float) -> int:

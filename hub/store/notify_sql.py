@@ -2,9 +2,10 @@
 
 Delivery rows are written inside the writer's transaction that commits their event:
 ``enqueue_for_ops`` right after a group commit applied request operations, and
-``step_and_enqueue`` around a journal step. Both first ask which tenants have an enabled
+``step_and_enqueue`` after a journal step. The first asks which tenants have an enabled
 endpoint at all (one indexed read per batch), so a hub without endpoints pays next to
-nothing; an op of such a tenant adds one ``INSERT … SELECT … FROM notify_endpoints``.
+nothing; an op of such a tenant adds one ``INSERT … SELECT … FROM notify_endpoints``. The
+second reads nothing unless the step made its run need attention.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ ENDPOINT_COLUMNS = ("id, tenant, human, channel, url, secret, created_at, failin
 _E_COLUMNS = ", ".join("e." + c.strip() for c in ENDPOINT_COLUMNS.split(","))
 
 _TENANTS = "SELECT DISTINCT tenant FROM notify_endpoints WHERE disabled_at IS NULL"
+_WATCHED = "SELECT 1 FROM notify_endpoints WHERE tenant=? AND disabled_at IS NULL LIMIT 1"
 
 
 def row_to_endpoint(row: Sequence[Any], pending: int = 0) -> Endpoint:
@@ -111,16 +113,14 @@ def enqueue_for_ops(conn: sqlite3.Connection, ops: Sequence[Op],
 def step_and_enqueue(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
                      max_entries: int) -> Step:
     """A journal step (``journal_sql.step_sync``) and, when it makes its run need
-    attention (or changes why), the ``run.needs_attention`` deliveries."""
-    watched = tenant in {r[0] for r in conn.execute(_TENANTS)}
-    before = None
-    if watched:
-        before = conn.execute("SELECT status, reason FROM runs WHERE tenant=? AND run_id=?",
-                              (tenant, event.run_id)).fetchone()
-    step = step_sync(conn, tenant, event, now, max_entries)
+    attention (or changes why), the ``run.needs_attention`` deliveries. The common step
+    (``running``, ``done``) reads nothing more than the step itself: each statement of the
+    writer is one hand-over of the GIL."""
+    step, was = step_sync(conn, tenant, event, now, max_entries)
     run = step.write_run
-    if watched and run is not None and run.status is RunStatus.NEEDS_ATTENTION \
-            and (before is None or tuple(before) != (run.status.value, run.reason)):
+    if run is not None and run.status is RunStatus.NEEDS_ATTENTION \
+            and was != (run.status, run.reason) \
+            and conn.execute(_WATCHED, (tenant,)).fetchone() is not None:
         enqueue(conn, EventType.RUN_NEEDS_ATTENTION, tenant, run.escalate_to, None, now,
                 run.view())
     return step
