@@ -58,3 +58,24 @@ def test_view_text_follows_changes() -> None:
     assert '"status":"answered"' in req.view_text()
     copy = dataclasses.replace(req)
     assert copy == req and copy.view_text() == req.view_text()
+
+
+def test_text_frames_are_what_websockets_would_send() -> None:
+    """The gateway's own frame header (hub.server.ws.text_frame) against websockets'
+    serializer, across the three length encodings and their edges; and a client parses it."""
+    from websockets.client import ClientProtocol
+    from websockets.frames import OP_TEXT, Frame
+    from websockets.protocol import State
+    from websockets.uri import parse_uri
+
+    from hub.server.ws import text_frame
+
+    client = ClientProtocol(parse_uri("ws://hub.invalid/ws"), state=State.OPEN, max_size=None)
+    for n in (0, 1, 125, 126, 127, 65535, 65536, 70_000):
+        payload = ("é" * (n // 2) + "a" * (n % 2)).encode()  # n bytes of UTF-8
+        ours = text_frame(payload)
+        assert ours == Frame(OP_TEXT, payload).serialize(mask=False, extensions=[]), n
+        client.receive_data(ours)
+        [event] = client.events_received()
+        assert isinstance(event, Frame)
+        assert (event.opcode, event.fin, event.data) == (OP_TEXT, True, payload)

@@ -237,8 +237,21 @@ try:  # the server the hub runs under (hub.cli); any other just takes the ASGI p
     from uvicorn.protocols.websockets.websockets_sansio_impl import (
         WebSocketsSansIOProtocol as _SansIO,
     )
+    from websockets.protocol import State as _State
 except ImportError:  # pragma: no cover
     _SansIO = None  # type: ignore[assignment,misc]
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One unfragmented, unmasked WebSocket text frame (RFC 6455 5.2), as a server sends
+    it with no extension: the same bytes as ``websockets``' ``Frame.serialize``, in a fifth
+    of its time (a cycle sends five of them)."""
+    n = len(payload)
+    if n < 126:
+        return bytes((0x81, n)) + payload
+    if n < 65536:
+        return b"\x81\x7e" + n.to_bytes(2, "big") + payload
+    return b"\x81\x7f" + n.to_bytes(8, "big") + payload
 
 
 def _write_now(websocket: WebSocket) -> WriteNow | None:
@@ -262,14 +275,20 @@ def _write_now(websocket: WebSocket) -> WriteNow | None:
         return None
     send_text = ws_conn.send_text
     data_to_send = ws_conn.data_to_send
+    opened = _State.OPEN
 
     def write_now(frames: list[str]) -> bool:
         if proto.close_sent or proto.disconnected or not writable.is_set() or \
                 transport.is_closing():
             return False
-        for text in frames:
-            send_text(text.encode())
-        transport.write(b"".join(data_to_send()))
+        if ws_conn.state is not opened or ws_conn.extensions:
+            for text in frames:  # websockets raises what it must (a closing socket)
+                send_text(text.encode())
+            transport.write(b"".join(data_to_send()))
+            return True
+        chunks = data_to_send()  # whatever websockets queued goes first (a pong)
+        chunks.extend(text_frame(text.encode()) for text in frames)
+        transport.write(b"".join(chunks))
         return True
 
     return write_now
