@@ -129,10 +129,16 @@ def main() -> int:
         token = server.tokens(agents=["bench"])["agent:bench"]
         cpu0 = server.cpu()
         own0 = time.process_time()
+        m0 = server.metrics()
         result = asyncio.run(measure(server.url, token, args.runs, args.calls,
                                      args.think_ms / 1000))
         cpu = server.cpu() - cpu0
         own = time.process_time() - own0
+        m1 = server.metrics()
+    commits = m1["a2h_store_commits_total"] - m0["a2h_store_commits_total"]
+    items = m1["a2h_store_commit_items_total"] - m0["a2h_store_commit_items_total"]
+    result["commits"] = int(commits)
+    result["mean_batch"] = round(items / commits, 2) if commits else None
     result["hub_cpu_s"] = round(cpu, 2)
     result["client_cpu_s"] = round(own, 2)
     with open("/proc/loadavg") as f:
