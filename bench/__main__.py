@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,40 @@ def disk_probe(path: Path, n: int = 200) -> dict[str, Any]:
     return _sys.percentiles(times, 1e-6)
 
 
+def machine_probe(n: int = 2000) -> dict[str, float]:
+    """How fast this machine is at what the hub does most, so runs on different machines
+    can be compared: a fixed pure-Python loop (ms; the interpreter's speed), and a
+    round trip between two threads over a socket pair (µs, median; a system call and a
+    wake-up each way, what every hand-off and every loopback frame pays)."""
+    t = time.perf_counter()
+    acc = 0
+    for i in range(1_000_000):
+        acc += i & 7
+    loop_ms = (time.perf_counter() - t) * 1000
+    a, b = socket.socketpair()
+
+    def echo() -> None:
+        while data := b.recv(64):
+            b.sendall(data)
+
+    th = threading.Thread(target=echo, daemon=True)
+    th.start()
+    rtts = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            a.sendall(b"x")
+            a.recv(64)
+            rtts.append(time.perf_counter_ns() - t0)
+    finally:
+        a.close()
+        th.join(5)
+        b.close()
+    rtt = _sys.median([float(x) for x in rtts])
+    return {"python_loop_ms": round(loop_ms, 1),
+            "thread_rtt_us": round(rtt / 1000, 1) if rtt is not None else -1.0}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     plan = Plan.quick_plan() if args.quick else Plan.full()
     if args.scenario:
@@ -97,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "machine": _sys.machine(),
         "versions": _sys.versions(),
         "disk_fdatasync_ms": disk_probe(out_dir),
+        "machine_probe": machine_probe(),
         "plan": plan.to_json(),
     }
     scenarios = run_plan(plan)

@@ -140,6 +140,13 @@ def render(path_a: str, path_b: str, table: list[tuple[str, Any, Any, float | No
 
 def _describe(meta: dict[str, Any]) -> str:
     bits = [str(meta.get(k)) for k in ("command", "git", "started") if meta.get(k)]
+    m = meta.get("machine") or {}
+    if m.get("cpu_model"):
+        bits.append(f"{m.get('cpus')} vCPU {m['cpu_model']}")
+    probe = meta.get("machine_probe") or {}
+    if probe:  # runs on different machines compare only through these
+        bits.append(f"python loop {probe.get('python_loop_ms')} ms, "
+                    f"thread round trip {probe.get('thread_rtt_us')} µs")
     return "; ".join(bits) or "no meta"
 
 

@@ -397,6 +397,14 @@ def publish(doc: dict[str, Any], *, plots: bool = True) -> Path:
     return path
 
 
+def _probe(probe: dict[str, float] | None) -> str:
+    if not probe:
+        return ""
+    return (f" The machine's speed (`bench.__main__.machine_probe`): a million-step Python "
+            f"loop in {_fmt(probe.get('python_loop_ms'), 0)} ms, a round trip between two "
+            f"threads over a socket pair in {_fmt(probe.get('thread_rtt_us'), 1)} µs.")
+
+
 def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: bool) -> str:
     meta = doc.get("meta", {})
     sc = doc.get("scenarios", {})
@@ -412,7 +420,8 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
              f"{m.get('mem_gib')} GiB, Linux {m.get('kernel')}, Python {m.get('python')}. "
              "Server and load clients share the machine; every server is a real subprocess on "
              "127.0.0.1. The disk's `fdatasync` (8 KiB append) measured at the start: "
-             f"p50 {_fmt(disk.get('p50'), 2)} ms, p99 {_fmt(disk.get('p99'), 2)} ms.")
+             f"p50 {_fmt(disk.get('p50'), 2)} ms, p99 {_fmt(disk.get('p99'), 2)} ms."
+             + _probe(meta.get("machine_probe")))
     L.append("")
     L.append(_table(doc["headline"]))
     L.append("")
