@@ -117,6 +117,12 @@ class TokenInfo(TypedDict):
     revoked_at: float | None
 
 
+#: A run's status and reason before a journal step (None: the run did not exist), as the
+#: step's own read saw them: a step that makes the run need attention notifies only if
+#: that changed.
+PriorRun = tuple[RunStatus, str | None] | None
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """A run as ``run.list`` shows it: the run and how many calls its journal holds."""

@@ -33,7 +33,7 @@ from hub.journal import (
     handle,
 )
 from hub.protocol import RunStatus
-from hub.store.base import RunSummary
+from hub.store.base import PriorRun, RunSummary
 from hub.store.rows import REQUEST_COLUMNS
 
 RUN_COLUMNS = ("tenant, run_id, conversation, version, agent, status, reason, secret, exec_id, "
@@ -160,7 +160,7 @@ def save_entry(conn: sqlite3.Connection, e: Entry) -> None:
 
 
 def step_sync(conn: sqlite3.Connection, tenant: str, event: Event, now: float,
-              max_entries: int = 10_000) -> tuple[Step, tuple[RunStatus, str | None] | None]:
+              max_entries: int = 10_000) -> tuple[Step, PriorRun]:
     """Read, decide, write: one journal step inside the writer's transaction. Returns the
     step and the run's status and reason before it (None: no run yet), read anyway, so
     callers need not read them again. (The core moves the run it was given in place.)"""

@@ -2,7 +2,7 @@
 
 The same rules as ``hub.store.notify_sql`` (SQLite), in asyncpg's dialect: delivery rows
 are written inside the transaction that commits their event (``enqueue_for_ops`` after
-``_apply_ops``, ``step_and_enqueue`` around a journal step); claims take rows with
+``_apply_ops``, ``step_and_enqueue`` after a journal step); claims take rows with
 ``FOR UPDATE SKIP LOCKED``, so several nodes share the outbox without sending a row twice
 while its lease holds.
 """
@@ -23,7 +23,7 @@ from hub.notify.events import (
     new_message_id,
 )
 from hub.protocol import RunStatus
-from hub.store.base import Delivery, Endpoint
+from hub.store.base import Delivery, Endpoint, PriorRun
 from hub.store.notify_sql import ENDPOINT_COLUMNS, row_to_endpoint
 
 SCHEMA = """
@@ -59,6 +59,7 @@ class Conn(Protocol):
 
 
 _TENANTS = "SELECT DISTINCT tenant FROM notify_endpoints WHERE disabled_at IS NULL"
+_WATCHED = "SELECT 1 FROM notify_endpoints WHERE tenant=$1 AND disabled_at IS NULL LIMIT 1"
 _E_COLUMNS = ", ".join("e." + c.strip() for c in ENDPOINT_COLUMNS.split(","))
 _ENQUEUE = (
     "INSERT INTO notify_deliveries (msg_id, endpoint_id, tenant, event, op_id, body, "
@@ -100,21 +101,20 @@ async def enqueue_for_ops(conn: Conn, ops: Sequence[Op],
                           req.view())
 
 
-async def step_and_enqueue(conn: Conn, tenant: str, event: Event, now: float,
-                           step: Callable[[], Awaitable[Step]]) -> Step:
-    """``step()`` (a journal step in this transaction) and, when it makes its run need
-    attention (or changes why), the ``run.needs_attention`` deliveries. The status before
-    is read first, outside the run's lock: a step racing on another node may at worst
-    notify twice, never lose the notification (the delivery is written with the step)."""
-    watched = tenant in {r[0] for r in await conn.fetch(_TENANTS)}
-    before = None
-    if watched:
-        before = await conn.fetchrow("SELECT status, reason FROM runs WHERE tenant=$1 "
-                                     "AND run_id=$2", tenant, event.run_id)
-    result = await step()
+async def step_and_enqueue(
+        conn: Conn, tenant: str, event: Event, now: float,
+        step: Callable[[], Awaitable[tuple[Step, PriorRun]]],
+) -> Step:
+    """``step()`` (a journal step in this transaction; it returns the step and the run's
+    status and reason before it, read under the run's lock) and, when it makes its run
+    need attention (or changes why), the ``run.needs_attention`` deliveries. The common
+    step (``running``, ``done``) reads nothing more: each statement is a round trip to
+    the server."""
+    result, was = await step()
     run = result.write_run
-    if watched and run is not None and run.status is RunStatus.NEEDS_ATTENTION \
-            and (before is None or tuple(before) != (run.status.value, run.reason)):
+    if run is not None and run.status is RunStatus.NEEDS_ATTENTION \
+            and was != (run.status, run.reason) \
+            and await conn.fetchval(_WATCHED, tenant) is not None:
         await enqueue(conn, EventType.RUN_NEEDS_ATTENTION, tenant, run.escalate_to, None, now,
                       run.view())
     return result

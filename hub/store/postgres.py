@@ -87,6 +87,7 @@ from hub.store.base import (
     Endpoint,
     NewerDatabase,
     Principal,
+    PriorRun,
     Role,
     RunSummary,
     StoreError,
@@ -448,8 +449,11 @@ async def _locked_run(conn: _Conn, tenant: str, run_id: str) -> Run | None:
     return row_to_run(tuple(row)) if row is not None else None
 
 
-async def _step(conn: _Conn, tenant: str, event: Event, now: float, max_entries: int) -> Step:
-    """Read (under the run's lock), decide, write: one journal step in one transaction."""
+async def _step(conn: _Conn, tenant: str, event: Event, now: float,
+                max_entries: int) -> tuple[Step, PriorRun]:
+    """Read (under the run's lock), decide, write: one journal step in one transaction.
+    Returns the step and the run's status and reason before it (None: no run yet); the
+    core moves the run it was given in place."""
     run_id = event.run_id
     if isinstance(event, RunStarted):
         # No row to lock before a run's first begin: serialize begins on the run's key.
@@ -484,6 +488,7 @@ async def _step(conn: _Conn, tenant: str, event: Event, now: float, max_entries:
                 elif entry is None and event.unsafe and run.escalate_to is None:
                     fallback = await _fallback_human(conn, tenant, run_id)
         snap = Snapshot(run, entry, bool(later), settlement, fallback, max_entries)
+    was = None if snap.run is None else (snap.run.status, snap.run.reason)
     step = handle(event, snap, now)
     if step.write_run is not None:
         r = step.write_run
@@ -496,7 +501,7 @@ async def _step(conn: _Conn, tenant: str, event: Event, now: float, max_entries:
                            e.args_hash, _value(e.args), bool(e.unsafe), e.status.value,
                            _value(e.result), _value(e.error), e.op_id, e.to, e.settle_round,
                            e.attempts, e.exec_id, e.decided_by, e.started_at, e.finished_at)
-    return step
+    return step, was
 
 
 async def _fallback_human(conn: _Conn, tenant: str, run_id: str) -> str | None:
