@@ -110,33 +110,47 @@ class Element extends Node_ {
     super(doc);
     this.tagName = tag.toUpperCase();
     this.attributes = new Map();
-    this.listeners = new Map();
+    this.listeners = null; // made by the first addEventListener
     this.hidden = false;
     this.disabled = false;
     this.value = "";
-    const el = this;
-    this.dataset = new Proxy({}, {
-      get: (_t, prop) => el.getAttribute(`data-${kebab(String(prop))}`) ?? undefined,
-      set: (_t, prop, v) => {
-        el.setAttribute(`data-${kebab(String(prop))}`, v);
-        return true;
-      },
-    });
-    this.classList = {
-      contains: (c) => el.className.split(/\s+/).includes(c),
-      add: (c) => {
-        if (!el.classList.contains(c)) el.className = `${el.className} ${c}`.trim();
-      },
-      remove: (c) => {
-        el.className = el.className.split(/\s+/).filter((x) => x && x !== c).join(" ");
-      },
-      toggle: (c, force) => {
-        const on = force === undefined ? !el.classList.contains(c) : Boolean(force);
-        if (on) el.classList.add(c);
-        else el.classList.remove(c);
-        return on;
-      },
-    };
+  }
+  // dataset and classList are made on first use: most elements never need them, and a
+  // proxy and four closures per element would make the renderer's timing tests measure
+  // this fake instead of the renderer.
+  get dataset() {
+    if (!this._dataset) {
+      const el = this;
+      this._dataset = new Proxy({}, {
+        get: (_t, prop) => el.getAttribute(`data-${kebab(String(prop))}`) ?? undefined,
+        set: (_t, prop, v) => {
+          el.setAttribute(`data-${kebab(String(prop))}`, v);
+          return true;
+        },
+      });
+    }
+    return this._dataset;
+  }
+  get classList() {
+    if (!this._classList) {
+      const el = this;
+      this._classList = {
+        contains: (c) => el.className.split(/\s+/).includes(c),
+        add: (c) => {
+          if (!el.classList.contains(c)) el.className = `${el.className} ${c}`.trim();
+        },
+        remove: (c) => {
+          el.className = el.className.split(/\s+/).filter((x) => x && x !== c).join(" ");
+        },
+        toggle: (c, force) => {
+          const on = force === undefined ? !el.classList.contains(c) : Boolean(force);
+          if (on) el.classList.add(c);
+          else el.classList.remove(c);
+          return on;
+        },
+      };
+    }
+    return this._classList;
   }
   setAttribute(name, value) {
     if (/^on/i.test(name)) throw new Error(`event handler attribute ${name} set`);
@@ -164,12 +178,13 @@ class Element extends Node_ {
     throw new Error("innerHTML used");
   }
   addEventListener(type, fn) {
+    if (!this.listeners) this.listeners = new Map();
     if (!this.listeners.has(type)) this.listeners.set(type, []);
     this.listeners.get(type).push(fn);
   }
   dispatchEvent(event) {
     event.target = event.target || this;
-    for (const fn of this.listeners.get(event.type) || []) fn(event);
+    for (const fn of this.listeners?.get(event.type) || []) fn(event);
     return !event.defaultPrevented;
   }
   click() {
