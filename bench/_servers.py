@@ -89,18 +89,13 @@ class Server:
                                      stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         found = threading.Event()
 
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if len(self.output) < 2000:
-                    self.output.append(line)
-                m = _SERVING.search(line)
-                if m and not found.is_set():
-                    self.serving_ns = _sys.now_ns()
-                    self.url = m.group(1)
-                    found.set()
+        def serving(m: re.Match[str]) -> None:
+            if not found.is_set():
+                self.serving_ns = _sys.now_ns()
+                self.url = m.group(1)
+                found.set()
 
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        _sys.watch_output(self.proc, self.output, _SERVING, serving)
         if not wait:
             if not self.fixed_port:
                 raise ValueError("start(wait=False) needs a known port (start once first)")
@@ -121,13 +116,7 @@ class Server:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        _sys.stop_process(self.proc, 20)
 
     def __enter__(self) -> Server:
         return self.start()

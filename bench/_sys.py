@@ -12,12 +12,45 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import resource
+import subprocess
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, grace: float) -> None:
+    """SIGTERM, up to ``grace`` seconds to exit, then SIGKILL (a process we started)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def watch_output(proc: subprocess.Popen[str], output: list[str], pattern: re.Pattern[str],
+                 on_match: Callable[[re.Match[str]], None], keep: int = 2000) -> None:
+    """Read a server's output in a daemon thread: keep its first ``keep`` lines in
+    ``output`` and call ``on_match`` for each line ``pattern`` finds something in."""
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if len(output) < keep:
+                output.append(line)
+            m = pattern.search(line)
+            if m:
+                on_match(m)
+
+    threading.Thread(target=pump, daemon=True).start()
 
 
 def now_ns() -> int:

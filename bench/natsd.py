@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import threading
 
+from bench import _sys
+
 NATS_BIN = shutil.which("nats-server") or "/usr/sbin/nats-server"
 _LISTENING = re.compile(r"Listening for client connections on [\d.]+:(\d+)")
 
@@ -37,30 +39,18 @@ class NatsServer:
                                      text=True)
         ready = threading.Event()
 
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if len(self.output) < 2000:
-                    self.output.append(line)
-                m = _LISTENING.search(line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
+        def listening(m: re.Match[str]) -> None:
+            self.port = int(m.group(1))
+            ready.set()
 
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        _sys.watch_output(self.proc, self.output, _LISTENING, listening)
         if not ready.wait(self.timeout):
             self.stop()
             raise RuntimeError("nats-server did not start:\n" + "".join(self.output))
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        _sys.stop_process(self.proc, 10)
 
     def __enter__(self) -> NatsServer:
         return self.start()
