@@ -1,6 +1,9 @@
 """A real hub served by uvicorn inside the test's own event loop, on port 0.
 
-Real sockets, but the test can reach the service's internals (rooms, gateway, clock).
+Real sockets, but the test can reach the service's internals (rooms, gateway, clock). The
+server runs the hub's own protocol classes, as ``a2h serve`` does (frames go straight to the
+endpoint's reader); ``plain_asgi=True`` serves it with uvicorn's own classes instead, where
+every frame takes the ASGI ``receive`` path any other server would.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import uvicorn
 from hub.clock import Clock
 from hub.config import Settings
 from hub.server import create_app
+from hub.server.connections import ConnectionGuard, protocols
 from hub.service import HubService
 from hub.store import Role, Store, open_store
 
@@ -36,7 +40,7 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def serve(tmp: Path, *, store: Store | None = None, clock: Clock | None = None,
-                **settings: object) -> AsyncIterator[Running]:
+                plain_asgi: bool = False, **settings: object) -> AsyncIterator[Running]:
     s = Settings(db=str(tmp / "hub.db"), **settings)  # type: ignore[arg-type]
     store = store or open_store(s.db)
     app = create_app(s, store=store, clock=clock)
@@ -44,7 +48,11 @@ async def serve(tmp: Path, *, store: Store | None = None, clock: Clock | None = 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, ws="websockets-sansio", ws_per_message_deflate=False,
+    if plain_asgi:
+        http, ws = "httptools", "websockets-sansio"
+    else:
+        http, ws = protocols(ConnectionGuard(max_per_ip=0, header_timeout=0))
+    config = uvicorn.Config(app, http=http, ws=ws, ws_per_message_deflate=False,
                             ws_max_size=s.max_frame, lifespan="on", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
