@@ -48,6 +48,8 @@ async def serve(tmp: Path, *, store: Store | None = None, clock: Clock | None = 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    http: type[asyncio.Protocol] | str
+    ws: type[asyncio.Protocol] | str
     if plain_asgi:
         http, ws = "httptools", "websockets-sansio"
     else:
