@@ -16,10 +16,10 @@ The WebSocket class (:class:`HubWebSocket`) also takes two shortcuts past the AS
 
 - **frames straight to a reader**: once the endpoint hands it a :class:`FrameReader`, each
   message goes to the reader inside ``data_received``, where it is parsed. uvicorn would put
-  it on a queue, stop reading the socket, wake the app's task through every ASGI layer, and
-  start reading again: two ``epoll_ctl`` calls and a task wake-up per frame (issue 12's
-  profile). The reader pauses reading itself, only while frames wait for it. Only the
-  disconnect still goes through ``receive``.
+  it on a queue, stop reading the socket, wake the app's task (one loop callback and a
+  resume through every ASGI layer) and start reading again when the app took it, for every
+  frame. The reader stops reading only while frames wait for it. Only the disconnect still
+  goes through ``receive``.
 - **a one-consumer queue** (``_Inbox``) instead of uvicorn's ``asyncio.Queue``, which asks
   for the running loop (a ``getpid()`` system call on Python 3.11) each time it waits.
 
