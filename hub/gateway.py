@@ -159,7 +159,7 @@ class Connection:
     async def _flush(self, coro: Any = None, pending: Any = None, size: int = 0) -> None:
         try:
             if coro is not None:
-                await finish(coro, pending)
+                await _finish(coro, pending)
                 self._bytes -= size
                 self.sent += 1
             while self._queue and not self.closed:
@@ -212,7 +212,7 @@ class Connection:
                 await asyncio.wait(pending)
 
 
-async def finish(coro: Any, pending: Any) -> None:
+async def _finish(coro: Any, pending: Any) -> None:
     """Drive a coroutine that was started by hand and suspended on ``pending`` (what it
     yielded: a future, or None for a bare yield) to its end, as a task would."""
     while True:

@@ -1,9 +1,9 @@
 """A real hub served by uvicorn inside the test's own event loop, on port 0.
 
 Real sockets, but the test can reach the service's internals (rooms, gateway, clock). The
-server runs the hub's own protocol classes, as ``a2h serve`` does (frames go straight to the
-endpoint's reader); ``plain_asgi=True`` serves it with uvicorn's own classes instead, where
-every frame takes the ASGI ``receive`` path any other server would.
+server runs the hub's own protocol classes, as ``a2h serve`` does
+(hub/server/connections.py); ``plain_asgi=True`` serves it with uvicorn's own classes
+instead, as any other deployment of the ASGI app would.
 """
 
 from __future__ import annotations

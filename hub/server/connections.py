@@ -11,17 +11,9 @@ hub runs it with its own protocol classes, made by :func:`protocols`:
   WebSocket together); one more is answered ``503`` and closed at once. Behind a reverse
   proxy every connection comes from the proxy: raise the limit or set it to 0 (off).
 
-The WebSocket class (:class:`HubWebSocket`) also takes two shortcuts past the ASGI
-``receive`` that the hub's endpoint (hub/server/ws.py) asks for:
-
-- **frames straight to a reader**: once the endpoint hands it a :class:`FrameReader`, each
-  message goes to the reader inside ``data_received``, where it is parsed. uvicorn would put
-  it on a queue, stop reading the socket, wake the app's task (one loop callback and a
-  resume through every ASGI layer) and start reading again when the app took it, for every
-  frame. The reader stops reading only while frames wait for it. Only the disconnect still
-  goes through ``receive``.
-- **a one-consumer queue** (``_Inbox``) instead of uvicorn's ``asyncio.Queue``, which asks
-  for the running loop (a ``getpid()`` system call on Python 3.11) each time it waits.
+The WebSocket class also hands frames to the app through a one-consumer queue (``_Inbox``)
+instead of uvicorn's ``asyncio.Queue``, which asks for the running loop (a ``getpid()``
+system call on Python 3.11) every time the app waits for a frame.
 
 The counts live in a :class:`ConnectionGuard` owned by the server that made the classes.
 """
@@ -31,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -77,88 +69,8 @@ class _Inbox:
     def empty(self) -> bool:
         return not self._items
 
-    def take_received(self) -> list[Any]:
-        """Take out the frames (``websocket.receive``) queued so far; a disconnect stays."""
-        frames = [m for m in self._items if m["type"] == "websocket.receive"]
-        if frames:
-            self._items = deque(m for m in self._items if m["type"] != "websocket.receive")
-        return frames
-
     def qsize(self) -> int:
         return len(self._items)
-
-
-class FrameReader(Protocol):
-    """What takes a socket's frames inside ``data_received`` (hub/server/ws.py ``Reader``)."""
-
-    def begin_read(self) -> None:
-        """A new read from the socket starts: the frames before it came in earlier ones."""
-
-    def feed(self, data: str | bytes) -> None:
-        """One message, text or binary; must not raise."""
-
-
-class HubWebSocket(WebSocketsSansIOProtocol):
-    """uvicorn's websockets-sansio protocol, handing frames to a reader (module doc)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.queue = _Inbox(self.loop)  # type: ignore[assignment]
-        self.a2h_reader: FrameReader | None = None
-        self.a2h_ended = False
-
-    def read_frames(self, reader: FrameReader) -> None:
-        """From now on hand every message to ``reader``; those queued already go first."""
-        self.a2h_reader = reader
-        for msg in self.queue.take_received():  # type: ignore[attr-defined]
-            text = msg.get("text")
-            reader.feed(text if text is not None else msg.get("bytes") or b"")
-        if self.read_paused:  # uvicorn stopped reading at the first queued message
-            self.read_paused = False
-            self.pause_frames(False)
-
-    def pause_frames(self, paused: bool) -> None:
-        """Stop (or start again) reading the socket: what is not read waits in the kernel,
-        and TCP pushes back on the sender."""
-        if not self.transport.is_closing():
-            if paused:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
-
-    def end_frames(self) -> None:
-        """The app ended the socket (it is closing it): no more frames for the reader, and
-        the app's wait in ``receive`` gets the disconnect it waits for."""
-        if not self.a2h_ended:
-            self.a2h_ended = True
-            self.queue.put_nowait({"type": "websocket.disconnect", "code": 1000})
-
-    def data_received(self, data: bytes) -> None:
-        reader = self.a2h_reader
-        if reader is not None:
-            reader.begin_read()
-        super().data_received(data)
-
-    def send_receive_event_to_app(self) -> None:
-        reader = self.a2h_reader
-        if reader is None:
-            super().send_receive_event_to_app()
-            return
-        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
-        self.frames = []
-        if self.close_sent or self.a2h_ended:  # as uvicorn: nothing past a close
-            return
-        if self.curr_msg_data_type == "text":
-            try:
-                text = data.decode()
-            except UnicodeDecodeError:  # as uvicorn: close with 1007
-                self.logger.info("Invalid UTF-8 sequence received from client.")
-                self.conn.send_close(1007)
-                self.handle_parser_exception()
-                return
-            reader.feed(text)
-        else:
-            reader.feed(data)
 
 
 class ConnectionGuard:
@@ -201,10 +113,14 @@ def _host(transport: asyncio.BaseTransport) -> str:
 def protocols(guard: ConnectionGuard) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
     """uvicorn's httptools and websockets-sansio protocols, under ``guard``'s limits."""
 
-    class GuardedWebSocket(HubWebSocket):
+    class GuardedWebSocket(WebSocketsSansIOProtocol):
         # Only ever made by an HTTP connection that was admitted and is upgrading: the
         # count moves with the transport and is released when the socket ends.
         _a2h_host = ""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.queue = _Inbox(self.loop)  # type: ignore[assignment]
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self._a2h_host = _host(transport)

@@ -8,25 +8,19 @@ socket can have many requests in flight.
 Frame types beyond the core set (runs) go to the handlers ``create_app`` registers in
 ``app.state.frame_handlers``. Work a handler starts runs in the session's tasks
 (``Session.spawn``), which the endpoint cancels and awaits when the socket ends.
-
-Frames are read by a ``Reader``: one after another, each where it arrives. Under the hub's
-own server protocol (hub/server/connections.py ``HubWebSocket``) that is inside the
-protocol's ``data_received``, with no task woken per frame; a frame whose handling has to
-wait (a store read) finishes in a task, and the frames behind it wait their turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from starlette.websockets import WebSocket
 
 from hub.core import Replied
-from hub.gateway import Connection, WriteNow, finish, inbox_tag, op_tag, token_tag
+from hub.gateway import Connection, WriteNow, inbox_tag, op_tag, token_tag
 from hub.protocol import (
     Ask,
     BinaryFrame,
@@ -54,7 +48,6 @@ from hub.protocol import (
     ok_request_text,
 )
 from hub.server.auth import authenticate
-from hub.server.connections import HubWebSocket
 from hub.service import HubService, listing
 from hub.store import Principal, Role
 
@@ -98,11 +91,10 @@ class Session:
         """Tasks of this session still running."""
         return len(self._tasks)
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, name=f"a2h session c{self.cid}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
 
     async def aclose(self) -> None:
         """Cancel the session's tasks and wait until they have ended."""
@@ -241,114 +233,6 @@ class Session:
             self.send_error(RetryLater("internal error"), frame.id)
 
 
-class Reader:
-    """The frames of one socket, handled in the order they came, one after another.
-
-    ``feed`` handles a frame at once, where it arrives: its handler runs until it has to
-    wait, and most never do (an ask or an answer only posts to its room). A frame that has
-    to wait finishes in a task of the session; the frames that come meanwhile wait in
-    ``backlog`` for it, and the socket is not read (``pause``) until they are handled.
-    Fairness is kept as it was when the frames came through a queue: after FAIR_FRAMES
-    frames of one read, the rest are handled after the loop has run the others; after
-    FAIR_FRAMES refusals in a row, the socket rests for REFUSED_PAUSE.
-    """
-
-    __slots__ = ("session", "_pause", "_end", "_backlog", "_task", "_burst", "_refused_run",
-                 "_paused", "ended")
-
-    def __init__(self, session: Session, pause: Callable[[bool], None] | None = None,
-                 end: Callable[[], None] | None = None) -> None:
-        self.session = session
-        self._pause = pause
-        self._end = end
-        self._backlog: deque[str | bytes] = deque()
-        self._task: asyncio.Task[None] | None = None
-        self._burst = 0  # frames handled since this read began (or since the last yield)
-        self._refused_run = 0  # frames in a row that were refused
-        self._paused = False
-        #: the socket is done (closed by the hub, or the endpoint returned): nothing is read
-        self.ended = False
-
-    def begin_read(self) -> None:
-        self._burst = 0
-
-    def feed(self, data: str | bytes) -> None:
-        if self.ended:
-            return
-        if self._task is not None or self._burst >= FAIR_FRAMES or \
-                self._refused_run >= FAIR_FRAMES:
-            self._backlog.append(data)
-            if self._pause is not None and not self._paused:
-                self._paused = True
-                self._pause(True)
-            if self._task is None:
-                self._task = self.session.spawn(self._drain())
-            return
-        self._burst += 1
-        work = self._one(data)
-        try:
-            pending = work.send(None)
-        except StopIteration:
-            return
-        self._task = self.session.spawn(self._drain(work, pending))
-
-    async def idle(self) -> None:
-        """Wait until every frame fed so far is handled."""
-        while self._task is not None:
-            await asyncio.wait([self._task])
-
-    def close(self) -> None:
-        """The socket is done: frames still waiting are not handled."""
-        if not self.ended:
-            self.ended = True
-            self._backlog.clear()
-            if self._end is not None:
-                self._end()
-
-    async def _one(self, data: str | bytes) -> None:
-        session = self.session
-        conn = session.conn
-        try:
-            if len(data) > session.hub.settings.max_frame:
-                conn.kill(CloseCode.TOO_BIG, "frame too big")
-            elif isinstance(data, str):
-                refused = session.refused
-                await session.handle(data)
-                self._refused_run = self._refused_run + 1 if session.refused > refused else 0
-            else:
-                session.handle_binary()
-        except Exception as exc:  # the socket broke under us: the endpoint ends it
-            log.debug("conn=%s ended: %r", conn.id, exc)
-            self.close()
-        if conn.closed:
-            self.close()
-
-    async def _drain(self, work: Coroutine[Any, Any, None] | None = None,
-                     pending: Any = None) -> None:
-        try:
-            if work is not None:
-                await finish(work, pending)
-            while self._backlog and not self.ended:
-                if self._refused_run >= FAIR_FRAMES:
-                    self._refused_run = self._burst = 0
-                    await self.session.hub.clock.sleep(REFUSED_PAUSE)
-                    continue
-                if self._burst >= FAIR_FRAMES:
-                    # Frames that arrived together are all here already: handled back to
-                    # back, a burst from one socket would hold the loop from everyone else.
-                    self._burst = 0
-                    await asyncio.sleep(0)
-                    continue
-                self._burst += 1
-                await self._one(self._backlog.popleft())
-        finally:
-            self._task = None
-            if self._paused and not self.ended:
-                self._paused = False
-                assert self._pause is not None
-                self._pause(False)
-
-
 try:  # the server the hub runs under (hub.cli); any other just takes the ASGI path
     from uvicorn.protocols.websockets.websockets_sansio_impl import (
         WebSocketsSansIOProtocol as _SansIO,
@@ -356,12 +240,6 @@ try:  # the server the hub runs under (hub.cli); any other just takes the ASGI p
     from websockets.protocol import State as _State
 except ImportError:  # pragma: no cover
     _SansIO = None  # type: ignore[assignment,misc]
-
-
-def _protocol(websocket: WebSocket) -> Any:
-    """The server's protocol object of this socket: the owner of the ASGI ``receive``
-    callable it was given (None if there is none, as under the in-process test client)."""
-    return getattr(getattr(websocket, "_receive", None), "__self__", None)
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -376,15 +254,17 @@ def text_frame(payload: bytes) -> bytes:
     return b"\x81\x7f" + n.to_bytes(8, "big") + payload
 
 
-def _write_now(proto: Any) -> WriteNow | None:
+def _write_now(websocket: WebSocket) -> WriteNow | None:
     """Write frames straight through uvicorn's ``websockets-sansio`` protocol, several in
     one ``transport.write``, without the ASGI ``send`` coroutines; None for any other
     server (the in-process test client, another implementation): pushes then go through
     ``websocket.send_text``.
 
-    The checks are those of its own ``send`` for a ``websocket.send`` message: nothing once a
+    The protocol is the owner of the ASGI ``receive`` callable this socket was given. The
+    checks are those of its own ``send`` for a ``websocket.send`` message: nothing once a
     close was sent or the peer is gone, and nothing while the transport is paused (False:
     the connection's writer task then waits for it through ``send_text``)."""
+    proto: Any = getattr(getattr(websocket, "_receive", None), "__self__", None)
     if proto is None or _SansIO is None or not isinstance(proto, _SansIO):
         return None
     ws_conn = getattr(proto, "conn", None)
@@ -423,6 +303,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=CloseCode.POLICY)
         return
     await websocket.accept()
+    max_frame = hub.settings.max_frame
     gw = hub.gateway
     limit = hub.settings.max_sockets_per_token
     if len(gw.members(token_tag(who.token_hash))) >= limit:
@@ -435,9 +316,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
-    proto = _protocol(websocket)
     conn = Connection(websocket.send_text, close, limit=hub.settings.outbox_bytes, meta=who,
-                      write_now=_write_now(proto))
+                      write_now=_write_now(websocket))
     session = Session(hub, who, conn, websocket.app.state.frame_handlers)
     gw.add(conn)
     gw.subscribe(conn, token_tag(who.token_hash))
@@ -446,25 +326,44 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         gw.subscribe(conn, inbox_tag(who.tenant, who.name))
     session.send(hello_frame(who.role.value, who.tenant, who.name, hub.clock.now(),
                              hub.settings.heartbeat))
-    if isinstance(proto, HubWebSocket):
-        # The hub's own server protocol: frames go to the reader as they are parsed, and
-        # ``receive`` below only ever returns the disconnect.
-        reader = Reader(session, proto.pause_frames, proto.end_frames)
-        proto.read_frames(reader)
-    else:  # any other server: each frame comes through ``receive``
-        reader = Reader(session)
+    handled = 0
+    refused_run = 0  # frames in a row that were refused
     try:
-        while not reader.ended:
+        while True:
             msg = await websocket.receive()
             if msg["type"] == "websocket.disconnect":
                 break
             text = msg.get("text")
-            reader.feed(text if text is not None else msg.get("bytes") or b"")
-            await reader.idle()
+            if text is None:
+                data = msg.get("bytes") or b""
+                if len(data) > max_frame:
+                    conn.kill(CloseCode.TOO_BIG, "frame too big")
+                    break
+                session.handle_binary()
+                if conn.closed:
+                    break
+                continue
+            if len(text) > max_frame:
+                conn.kill(CloseCode.TOO_BIG, "frame too big")
+                break
+            refused = session.refused
+            await session.handle(text)
+            if conn.closed:
+                break
+            refused_run = refused_run + 1 if session.refused > refused else 0
+            if refused_run >= FAIR_FRAMES:
+                refused_run = handled = 0
+                await session.hub.clock.sleep(REFUSED_PAUSE)
+                continue
+            handled += 1
+            if handled >= FAIR_FRAMES:
+                # Frames that arrived together are all queued already: handled back to
+                # back, a burst from one socket would hold the loop from everyone else.
+                handled = 0
+                await asyncio.sleep(0)
     except Exception as exc:  # the socket broke under us
         log.debug("conn=%s ended: %r", conn.id, exc)
     finally:
-        reader.close()
         gw.remove(conn)
         await session.aclose()
         await conn.aclose()

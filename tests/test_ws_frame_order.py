@@ -1,8 +1,7 @@
-"""How a socket's frames are read (hub/server/ws.py ``Reader``, hub/server/connections.py
-``HubWebSocket``): under the hub's own server protocol each frame is handled where it is
-parsed, with no ASGI ``receive`` per frame; under any other server through ``receive``.
-Either way every frame is answered once, in the order it came, even when one of them has to
-wait for the store."""
+"""Frames read together (in one write of the client) are answered once each, in the order
+they came, even when one of them waits for the store or is bad; one over the limit closes
+the socket and the hub forgets it. Under the hub's own protocol classes (as ``a2h serve``
+runs, hub/server/connections.py) and under uvicorn's own (any other server)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import pytest
 from e2e_util import until
 from inproc import serve
 from test_hub_sockets import Raw, ask_frame
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import ConnectionClosed
 
 
@@ -30,34 +28,7 @@ async def _send_together(raw: Raw, frames: list[dict[str, Any]]) -> list[int]:
     return ids
 
 
-async def test_frames_do_not_wake_the_asgi_receive(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 12: a frame used to be queued for the endpoint, which woke through every ASGI
-    layer to take it, and uvicorn stopped and restarted reading the socket around it."""
-    calls = 0
-    receive = WebSocketsSansIOProtocol.receive
-
-    async def counted(self: WebSocketsSansIOProtocol) -> Any:
-        nonlocal calls
-        calls += 1
-        return await receive(self)
-
-    monkeypatch.setattr(WebSocketsSansIOProtocol, "receive", counted)
-    async with serve(tmp_path) as run:
-        agent = await Raw.open(run, run.agent)
-        human = await Raw.open(run, run.human)
-        before = calls
-        for i in range(20):
-            assert (await agent.call(ask_frame(f"op-{i}", wait=0)))["type"] == "ok"
-            assert (await human.call({"type": "respond", "op_id": f"op-{i}",
-                                      "value": "yes"}))["type"] == "ok"
-            assert (await agent.call({"type": "ping"}))["type"] == "ok"
-        assert calls - before == 0  # 60 frames: none through receive
-        await agent.ws.close()
-        await human.ws.close()
-
-
-@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocol", "asgi-receive"])
+@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocols", "uvicorn-protocols"])
 async def test_frames_read_together_are_answered_once_in_order(tmp_path: Path,
                                                                plain_asgi: bool) -> None:
     """A frame that waits for the store (the inbox, the history) holds the frames behind
@@ -77,7 +48,7 @@ async def test_frames_read_together_are_answered_once_in_order(tmp_path: Path,
         await human.ws.close()
 
 
-@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocol", "asgi-receive"])
+@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocols", "uvicorn-protocols"])
 async def test_a_bad_frame_among_good_ones_is_answered_and_the_rest_go_on(
         tmp_path: Path, plain_asgi: bool) -> None:
     async with serve(tmp_path, plain_asgi=plain_asgi) as run:
@@ -91,7 +62,7 @@ async def test_a_bad_frame_among_good_ones_is_answered_and_the_rest_go_on(
         await agent.ws.close()
 
 
-@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocol", "asgi-receive"])
+@pytest.mark.parametrize("plain_asgi", [False, True], ids=["hub-protocols", "uvicorn-protocols"])
 async def test_a_frame_over_the_limit_closes_the_socket_and_the_hub_forgets_it(
         tmp_path: Path, plain_asgi: bool) -> None:
     async with serve(tmp_path, plain_asgi=plain_asgi, max_frame=2000) as run:
