@@ -288,3 +288,34 @@ async def test_asks_and_run_frames_get_a_retryable_error_while_the_store_is_read
         assert (await send({"type": "run.begin", "id": 4, "run_id": "r", "conversation": "c",
                             "version": "1"}))["type"] == "ok"
         await ws.close()
+
+
+async def test_a_read_is_one_trip_to_the_reader_thread(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: a read (a room's rebuild, a route the cache lacks, an inbox) used to take
+    three trips to its aiosqlite thread and back (the cursor's execute, fetchall, close),
+    each a wake-up of that thread and then of the loop."""
+    import aiosqlite
+
+    trips = 0
+    execute = aiosqlite.Connection._execute
+
+    async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal trips
+        trips += 1
+        return await execute(self, fn, *args, **kwargs)
+
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    try:
+        req = new_request("op-1", conv="room")
+        await store.apply([Insert(req)])
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+        assert await store.get_request("t", "op-1") == req
+        assert await store.load_room("t", "room") == [req]
+        assert await store.inbox("t", "me") == [req]
+        assert await store.get_request("t", "nothing") is None
+        assert trips == 4
+    finally:
+        monkeypatch.undo()
+        await store.close()

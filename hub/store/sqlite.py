@@ -734,11 +734,12 @@ class SQLiteStore:
 
     async def _read(self, sql: str, params: tuple[Any, ...] = (), *,
                     reader: aiosqlite.Connection | None = None) -> list[Any]:
-        """Run one read-only query on the reader connection (or ``reader``)."""
+        """Run one read-only query on the reader connection (or ``reader``): one trip to
+        its thread and back (a cursor's ``execute``, ``fetchall`` and ``close`` are three,
+        each a wake-up of that thread and then of the loop)."""
         reader = reader or self._reader
         assert reader is not None, "store not open"
-        async with reader.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await reader.execute_fetchall(sql, params))
 
     # -- identity
 
