@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_util import until
@@ -174,3 +176,72 @@ async def test_a_journal_step_reads_only_its_run_and_entry(tmp_path: Path) -> No
     assert statements.count("SELECT") == 2, seen
     assert not any("notify_endpoints" in s for s in seen), seen
     assert statements.count("BEGIN") == statements.count("COMMIT") == 3  # 2 steps + the trace
+
+
+async def _batched(store: SQLiteStore, *work: Any) -> list[Any]:
+    """Run ``work`` (awaitables of store writes) in one commit: the writer is held by a job
+    until all of them are queued behind it."""
+    started, gate = threading.Event(), threading.Event()
+
+    def hold(c: sqlite3.Connection) -> None:
+        started.set()
+        gate.wait(10)
+
+    held = asyncio.ensure_future(store._write(hold))
+    await until(started.is_set)  # the writer is in the gate's commit
+    queued = store.statistics()["queued"]
+    tasks = [asyncio.ensure_future(w) for w in work]
+    await until(lambda: store.statistics()["queued"] == queued + len(work))
+    commits = store.statistics()["commits"]
+    gate.set()
+    await held
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert store.statistics()["commits"] - commits == 2  # the gate's, then theirs
+    return results
+
+
+async def test_a_batch_of_journal_steps_commits_without_a_savepoint_each(
+        tmp_path: Path) -> None:
+    """Issue 12: each job of a batch ran in a savepoint of its own, two statements more per
+    job, each a hand-over of the GIL. Now the batch is applied straight, and only when a
+    job fails is it applied again job by job (next test)."""
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    seen: list[str] = []
+    try:
+        for r in ("r1", "r2", "r3"):
+            await store.run_step("t", begin("e1", run_id=r), 100.0, MAX)
+        await store._write(lambda c: c.set_trace_callback(seen.append))
+        steps = await _batched(store, *(store.run_step("t", call("e1", 0, run_id=r), 101.0, MAX)
+                                        for r in ("r1", "r2", "r3")))
+        await store._write(lambda c: c.set_trace_callback(None))
+    finally:
+        await store.close()
+    assert all(step.error is None for step in steps), steps
+    assert not [s for s in seen if "SAVEPOINT" in s.upper()], seen
+
+
+async def test_a_failing_job_in_a_batch_fails_alone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "hub.db")
+    await store.open()
+    try:
+        for r in ("r1", "r2"):
+            await store.run_step("t", begin("e1", run_id=r), 100.0, MAX)
+
+        def half_then_fail(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO tenants VALUES ('half', 1.0)")
+            raise ValueError("boom")
+
+        first, failed, second, ops = await _batched(
+            store, store.run_step("t", call("e1", 0, run_id="r1"), 101.0, MAX),
+            store._write(half_then_fail),
+            store.run_step("t", call("e1", 0, run_id="r2"), 101.0, MAX),
+            store.apply([Insert(new_request("op-1"))]))
+        assert isinstance(failed, ValueError)
+        assert first.error is None and second.error is None and ops == [True]
+        assert await store._read("SELECT 1 FROM tenants WHERE name='half'") == []
+        rows = await store._read("SELECT run_id FROM journal ORDER BY run_id")
+        assert [r[0] for r in rows] == ["r1", "r2"]
+        assert await store.get_request("t", "op-1") is not None
+    finally:
+        await store.close()

@@ -475,11 +475,11 @@ class _Writer:
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         """One transaction for the batch. Every statement costs a hand-over of the GIL
-        (the sqlite3 module releases it around each), so the common shapes take the
-        fewest: a lone job runs without a savepoint (its failure rolls back the whole
-        transaction, which holds nothing else), and a batch of request ops only is
-        applied in bulk without one (a compare-and-set that did not match rolls the
-        transaction back and the batch is applied again item by item)."""
+        (the sqlite3 module releases it around each), so the batch is first applied
+        without a savepoint per job: a lone job as it is, request ops in bulk, every other
+        job (a journal step) straight. Only when a job fails or a compare-and-set in bulk
+        does not match is the transaction rolled back and the batch applied again, each job
+        in its own savepoint, so that one job's failure is only its own."""
         results: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -492,44 +492,14 @@ class _Writer:
                 self.max_batch = max(self.max_batch, 1)
                 _post(self._loop, [batch[0].fut], results)
                 return
-            i = 0
-            bulk_failed = False
-            if _BULK_OK and all(job.ops is not None for job in batch):
-                group = [job.ops or [] for job in batch]
-                if _bulk(conn, [op for ops in group for op in ops], savepoint=False):
-                    results.extend((True, [True] * len(ops)) for ops in group)
-                    i = len(batch)
-                else:  # nothing of it stays: start again, item by item
-                    conn.execute("ROLLBACK")
-                    conn.execute("BEGIN IMMEDIATE")
-                    bulk_failed = True
-            while i < len(batch):
-                j = i
-                while j < len(batch) and batch[j].ops is not None:
-                    j += 1
-                if j - i >= 2 and not (bulk_failed and i == 0 and j == len(batch)):
-                    group = [batch[k].ops or [] for k in range(i, j)]
-                    if _bulk(conn, [op for ops in group for op in ops]):
-                        results.extend((True, [True] * len(ops)) for ops in group)
-                        i = j
-                        continue
-                fn = batch[i].fn
-                i += 1
-                conn.execute("SAVEPOINT item")
-                try:
-                    results.append((True, fn(conn)))
-                    conn.execute("RELEASE item")
-                except sqlite3.DatabaseError as exc:
-                    if _whole_batch(exc):
-                        raise
-                    conn.execute("ROLLBACK TO item")
-                    conn.execute("RELEASE item")
-                    results.append((False, StoreError(str(exc))))
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO item")
-                    conn.execute("RELEASE item")
-                    results.append((False, exc))
-            if len(batch) >= 2:
+            together = self._together(conn, batch)
+            if together is not None:
+                results = together
+            else:  # nothing of it stays: start again, job by job
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                results = self._one_by_one(conn, batch)
+            if any(job.ops is not None for job in batch):  # a group commit of room writes
                 crash_point("store.mid_commit")
             conn.execute("COMMIT")
         except BaseException as exc:  # the commit failed: nobody's write happened
@@ -548,6 +518,71 @@ class _Writer:
         self.items += len(batch)
         self.max_batch = max(self.max_batch, len(batch))
         _post(self._loop, [job.fut for job in batch], results)
+
+    @staticmethod
+    def _together(conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[bool, Any]] | None:
+        """Apply the whole batch with no savepoint: runs of request ops in bulk, every
+        other job straight. None when a job failed or a compare-and-set did not match:
+        part of the batch may then be applied, and the caller rolls it back. An error of
+        the database as a whole is raised."""
+        results: list[tuple[bool, Any]] = []
+        i = 0
+        while i < len(batch):
+            j = i
+            while j < len(batch) and batch[j].ops is not None:
+                j += 1
+            if j - i >= 2 and _BULK_OK:
+                group = [batch[k].ops or [] for k in range(i, j)]
+                if not _bulk(conn, [op for ops in group for op in ops], savepoint=False):
+                    return None
+                results.extend((True, [True] * len(ops)) for ops in group)
+                i = j
+                continue
+            try:
+                results.append((True, batch[i].fn(conn)))
+            except sqlite3.DatabaseError as exc:
+                if _whole_batch(exc):
+                    raise
+                return None
+            except Exception:
+                return None
+            i += 1
+        return results
+
+    @staticmethod
+    def _one_by_one(conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[bool, Any]]:
+        """Apply the batch again after ``_together`` failed: each job in its own savepoint
+        (runs of request ops in bulk under one, unless the run is the whole batch, which
+        just failed in bulk)."""
+        results: list[tuple[bool, Any]] = []
+        i = 0
+        while i < len(batch):
+            j = i
+            while j < len(batch) and batch[j].ops is not None:
+                j += 1
+            if j - i >= 2 and not (i == 0 and j == len(batch)):
+                group = [batch[k].ops or [] for k in range(i, j)]
+                if _bulk(conn, [op for ops in group for op in ops]):
+                    results.extend((True, [True] * len(ops)) for ops in group)
+                    i = j
+                    continue
+            fn = batch[i].fn
+            i += 1
+            conn.execute("SAVEPOINT item")
+            try:
+                results.append((True, fn(conn)))
+                conn.execute("RELEASE item")
+            except sqlite3.DatabaseError as exc:
+                if _whole_batch(exc):
+                    raise
+                conn.execute("ROLLBACK TO item")
+                conn.execute("RELEASE item")
+                results.append((False, StoreError(str(exc))))
+            except Exception as exc:
+                conn.execute("ROLLBACK TO item")
+                conn.execute("RELEASE item")
+                results.append((False, exc))
+        return results
 
     def _lone(self, conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
         """Run the only job of a transaction, without a savepoint: on failure the whole
