@@ -528,14 +528,12 @@ class _Writer:
         results: list[tuple[bool, Any]] = []
         i = 0
         while i < len(batch):
-            j = i
-            while j < len(batch) and batch[j].ops is not None:
-                j += 1
+            j = _ops_run(batch, i)
             if j - i >= 2 and _BULK_OK:
-                group = [batch[k].ops or [] for k in range(i, j)]
-                if not _bulk(conn, [op for ops in group for op in ops], savepoint=False):
+                done = _bulk_jobs(conn, batch[i:j], savepoint=False)
+                if done is None:
                     return None
-                results.extend((True, [True] * len(ops)) for ops in group)
+                results.extend(done)
                 i = j
                 continue
             try:
@@ -557,13 +555,11 @@ class _Writer:
         results: list[tuple[bool, Any]] = []
         i = 0
         while i < len(batch):
-            j = i
-            while j < len(batch) and batch[j].ops is not None:
-                j += 1
+            j = _ops_run(batch, i)
             if j - i >= 2 and not (i == 0 and j == len(batch)):
-                group = [batch[k].ops or [] for k in range(i, j)]
-                if _bulk(conn, [op for ops in group for op in ops]):
-                    results.extend((True, [True] * len(ops)) for ops in group)
+                done = _bulk_jobs(conn, batch[i:j], savepoint=True)
+                if done is not None:
+                    results.extend(done)
                     i = j
                     continue
             fn = batch[i].fn
@@ -599,6 +595,24 @@ class _Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             return (False, exc)
+
+
+def _ops_run(batch: list[_Job], i: int) -> int:
+    """Where the run of request-op jobs that starts at ``i`` ends."""
+    j = i
+    while j < len(batch) and batch[j].ops is not None:
+        j += 1
+    return j
+
+
+def _bulk_jobs(conn: sqlite3.Connection, jobs: list[_Job], *,
+               savepoint: bool) -> list[tuple[bool, Any]] | None:
+    """The request ops of ``jobs`` in bulk (``_bulk``): each job's result, or None if a
+    compare-and-set did not match."""
+    group = [job.ops or [] for job in jobs]
+    if not _bulk(conn, [op for ops in group for op in ops], savepoint=savepoint):
+        return None
+    return [(True, [True] * len(ops)) for ops in group]
 
 
 def _post(loop: asyncio.AbstractEventLoop | None, sinks: list[asyncio.Future[Any] | Done],
