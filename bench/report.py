@@ -158,15 +158,20 @@ def _targets_12(doc: dict[str, Any], add: Any) -> None:
     n = 1000 if 1000 in _ns(doc) else None
     h = _cyc(doc, "hub", n, "paced") if n else None
     v = h.get("server_cpu_us_per_cycle") if h else None
+    rl = _cyc(doc, "relay", n, "paced") if n else None
+    rv = rl.get("server_cpu_us_per_cycle") if rl else None
     add("12", "server CPU per cycle, 1,000 agents paced", "<= 175 µs",
         f"{_fmt(v, 0)} µs" if v is not None else None, (v <= 175) if v is not None else None,
-        f"N=1000, {_paced_total(doc):,.0f} asks/s offered, all threads")
+        f"N=1000, {_paced_total(doc):,.0f} asks/s offered, all threads"
+        + (f"; the bare relay {_fmt(rv, 0)} µs" if rv is not None else ""))
     j = doc.get("scenarios", {}).get("journal", {})
     jc = j.get("journal_call_ms") if j and "error" not in j else None
     add("12", "journal running + done p50 / p99", "< 1.0 / < 3 ms",
         f"{_fmt(jc['p50'], 2)} / {_fmt(jc['p99'], 2)} ms" if jc else None,
         (jc["p50"] < 1.0 and jc["p99"] < 3.0) if jc and jc.get("p50") is not None else None,
-        f"{j.get('runs')} runs at once, --sync full" if jc else "")
+        f"{j.get('runs')} runs at once, --sync full"
+        + (f"; floor here {_fmt(j['floor_p50_ms'], 2)} ms" if j.get("floor_p50_ms") else "")
+        if jc else "")
     ov = doc.get("scenarios", {}).get("overload", {})
     r = ov.get("others_p99_ratio_answer_to_agent") if ov and "error" not in ov else None
     fl = ov.get("flood", {}) if ov else {}
@@ -651,15 +656,25 @@ def markdown(doc: dict[str, Any], made: list[str], plots_dir: str, analysis: boo
                  "One call is `run.call` (the hub commits `running` before the function may "
                  "start) then `run.result` (the hub commits `done`), measured on the client. "
                  "Two `ping` round trips on the same sockets, in the same iterations, are the "
-                 "floor of two frames without the store.")
+                 "floor of two frames without the store; two SQLite commits in a row, each "
+                 "fsync'd, on the same disk and with the hub's settings (measured after the "
+                 "runs), are the floor of the store.")
         L.append("")
         jc, pc = jr["journal_call_ms"], jr["baseline_two_pings_ms"]
         rows = [["", "p50 ms", "p90 ms", "p99 ms", "max ms", "count"]]
-        for label, x in (("running + done", jc), ("two pings", pc)):
+        fc = jr.get("floor_two_commits_ms") or {}
+        for label, x in (("running + done", jc), ("two pings", pc),
+                         ("two durable commits, SQLite alone", fc)):
+            if not x:
+                continue
             rows.append([label, _fmt(x.get("p50"), 2), _fmt(x.get("p90"), 2),
                          _fmt(x.get("p99"), 2), _fmt(x.get("max"), 1), _fmt(x.get("count"))])
         L.append(_table(rows))
         L.append("")
+        if jr.get("floor_p50_ms"):
+            L.append(f"The floor of a call on this machine (two pings' p50 + two commits' "
+                     f"p50): {_fmt(jr['floor_p50_ms'], 2)} ms.")
+            L.append("")
         L.append(f"{_fmt(jr.get('calls_per_s'))} calls/s; hub CPU {jr.get('hub_cpu_s')} s; "
                  f"other processes kept {jr.get('machine_busy_cores')} cores busy on average "
                  "(the hub and this client included).")

@@ -929,7 +929,8 @@ def scenario_journal(plan: Plan) -> dict[str, Any]:
     res["machine_busy_cores"] = round(busy, 2)
     j = res["journal_call_ms"]
     log(f"  running + done p50/p99 {j['p50']}/{j['p99']} ms; two pings "
-        f"{res['baseline_two_pings_ms']['p50']} ms; {res['calls_per_s']} calls/s")
+        f"{res['baseline_two_pings_ms']['p50']} ms; floor {res.get('floor_p50_ms')} ms; "
+        f"{res['calls_per_s']} calls/s")
     return res
 
 

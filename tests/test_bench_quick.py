@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.e2e
 
-SCENARIOS = ("cycles", "idle", "rooms", "recovery", "overload")
+SCENARIOS = ("cycles", "idle", "rooms", "recovery", "overload", "journal")
 PERCENTILES = {"count", "p50", "p90", "p99", "max"}
 
 
@@ -63,6 +63,14 @@ def test_bench_quick_writes_results(tmp_path: Path) -> None:
     assert ov["flood"]["codes"].get("overloaded", 0) > 0
     assert ov["flood"]["overloaded_not_retryable"] == ov["flood"]["codes"]["overloaded"]
     assert not ov["others_errors_flooded"]
+
+    journal = doc["scenarios"]["journal"]
+    assert PERCENTILES <= set(journal["journal_call_ms"])
+    # the floor: two durable commits alone, on the same disk, measured in the same run
+    assert journal["floor_two_commits_ms"]["count"] > 0
+    assert journal["floor_p50_ms"] == round(journal["floor_two_commits_ms"]["p50"]
+                                            + journal["baseline_two_pings_ms"]["p50"], 3)
+    assert "floor here" in (tmp_path / "report.md").read_text()
 
     names = {t["name"] for t in doc["targets"]}
     assert any("cycles/s" in n for n in names)
