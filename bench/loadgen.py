@@ -35,6 +35,7 @@ import orjson
 
 from bench._sys import raise_nofile
 from bench._ws import open_conn
+from client_sdk import new_op_id
 
 now_ns = time.monotonic_ns
 QUESTION = "Deploy build 4711 to production?"
@@ -146,7 +147,7 @@ class Agent:
             return
         self.seq += 1
         self.n += 1
-        op = f"{self.prefix}{self.idx}-{self.seq}"
+        op = new_op_id()  # as an agent on the SDK makes them
         self.op = op
         self.t_ask = t
         conv = f"{self.prefix}r{self.idx}-{self.seq}" if self.new_conv else self.conv

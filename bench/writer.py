@@ -6,7 +6,14 @@ One connection as the writer thread opens it (``hub.store.sqlite.connect_sync``:
 schema, ``synchronous``), a table of 20,000 requests (19,000 resolved, as retention keeps
 them), then ``--commits`` transactions, each as the writer commits a batch of room writes:
 ``BEGIN IMMEDIATE``, ``_bulk`` (K new requests and K resolutions of earlier ones), ``COMMIT``.
-Prints the thread CPU per commit and per cycle (one insert + one resolution) for each K.
+Prints the thread CPU per commit and per cycle (one insert + one resolution) for each K,
+and the write-ahead log frames (pages) a commit writes, counted over 100 more commits with
+the automatic checkpoint off.
+
+``--op-ids``: how the new requests' op_ids are made. ``random`` (128 random bits, as
+``client_sdk`` made them before issue 12's fifth pass) puts every insert on its own page of
+the primary key's index; ``ordered`` (a time prefix, then the random bits, as
+``client_sdk.new_op_id`` makes them now) appends them at its end.
 """
 
 from __future__ import annotations
@@ -17,15 +24,22 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 from hub.core import Insert, Op, Request, Resolve
 from hub.protocol import Kind, OpId, Status
 from hub.store import sqlite as S
 
 
-def _request(i: int) -> Request:
+def _op_id(i: int, kind: str) -> OpId:
+    if kind == "random":
+        return OpId(os.urandom(16).hex())
+    return OpId(f"{i:012x}{os.urandom(16).hex()}")
+
+
+def _request(i: int, kind: str = "ordered") -> Request:
     now = time.time()
-    return Request(tenant="bench", op_id=OpId(f"op-{i:08d}-{os.urandom(6).hex()}"),
+    return Request(tenant="bench", op_id=_op_id(i, kind),
                    conversation=f"c{i % 1000}", to=f"human{i % 4}", sender=f"agent{i % 1000}",
                    kind=Kind.QUESTION, question=f"Approve the deploy of build {i}?",
                    choices=("yes", "no"), context={"build": i, "note": "x" * 60}, default=None,
@@ -39,13 +53,30 @@ def _answered(r: Request) -> Request:
                                resolved_at=time.time(), human_seconds=1.0)
 
 
-def measure(k: int, sync: str, commits: int) -> dict[str, float]:
+def _commit(conn: Any, k: int, i: int, pending: list[Request], kind: str) -> int:
+    """One batch as the writer commits it: k new requests, k resolutions of earlier ones."""
+    ops: list[Op] = []
+    for _ in range(k):
+        r = _request(i, kind)
+        i += 1
+        ops.append(Insert(r))
+        pending.append(r)
+    while len(pending) > 2 * k:
+        ops.append(Resolve(_answered(pending.pop(0))))
+    conn.execute("BEGIN IMMEDIATE")
+    if not S._bulk(conn, ops, savepoint=False):
+        raise RuntimeError("a bulk write did not apply")
+    conn.execute("COMMIT")
+    return i
+
+
+def measure(k: int, sync: str, commits: int, kind: str = "ordered") -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="a2h-writer-")
     try:
         conn = S.connect_sync(os.path.join(tmp, "hub.db"), sync)
         conn.execute("BEGIN")
         for i in range(20_000):
-            r = _request(i)
+            r = _request(i, kind)
             S.apply_op(conn, Insert(r))
             if i % 20:
                 S.apply_op(conn, Resolve(_answered(r)))
@@ -55,25 +86,21 @@ def measure(k: int, sync: str, commits: int) -> dict[str, float]:
         cpu = 0.0
         wall0 = time.perf_counter()
         for _ in range(commits):
-            ops: list[Op] = []
-            for _ in range(k):
-                r = _request(i)
-                i += 1
-                ops.append(Insert(r))
-                pending.append(r)
-            while len(pending) > 2 * k:
-                ops.append(Resolve(_answered(pending.pop(0))))
             t = time.thread_time()
-            conn.execute("BEGIN IMMEDIATE")
-            if not S._bulk(conn, ops, savepoint=False):
-                raise RuntimeError("a bulk write did not apply")
-            conn.execute("COMMIT")
+            i = _commit(conn, k, i, pending, kind)
             cpu += time.thread_time() - t
         wall = time.perf_counter() - wall0
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for _ in range(100):
+            i = _commit(conn, k, i, pending, kind)
+        frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
         conn.close()
-        return {"cycles_per_commit": k, "cpu_us_per_commit": round(cpu / commits * 1e6),
+        return {"op_ids": kind, "cycles_per_commit": k,
+                "cpu_us_per_commit": round(cpu / commits * 1e6),
                 "cpu_us_per_cycle": round(cpu / commits / k * 1e6),
-                "wall_us_per_commit": round(wall / commits * 1e6)}
+                "wall_us_per_commit": round(wall / commits * 1e6),
+                "wal_frames_per_commit": round(frames / 100, 1)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -83,9 +110,11 @@ def main() -> int:
     ap.add_argument("--cycles-per-commit", type=int, nargs="+", default=[1, 3, 10])
     ap.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL", "full", "normal"])
     ap.add_argument("--commits", type=int, default=1500)
+    ap.add_argument("--op-ids", nargs="+", default=["ordered"], choices=["ordered", "random"])
     args = ap.parse_args()
     for k in args.cycles_per_commit:
-        print(measure(k, args.sync.upper(), args.commits))
+        for kind in args.op_ids:
+            print(measure(k, args.sync.upper(), args.commits, kind))
     return 0
 
 

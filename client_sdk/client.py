@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
@@ -23,12 +24,12 @@ from client_sdk._connection import Connection
 from client_sdk.errors import A2HError
 from client_sdk.models import Answer, Item
 from client_sdk.runs import Run, RunInfo, Runs
-from hub.protocol import MAX_WAIT_SECONDS, Kind, Status, T
+from hub.protocol import MAX_WAIT_SECONDS, Kind, Status, T, fresh_op_id
 
 
 def new_op_id() -> str:
-    """128 random bits, hex: never derived from the question."""
-    return secrets.token_hex(16)
+    """A fresh op_id: the time, then 128 random bits (``hub.protocol.fresh_op_id``)."""
+    return fresh_op_id(time.time(), secrets.token_hex(16))
 
 
 class SchemaModel(Protocol):

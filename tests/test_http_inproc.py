@@ -200,9 +200,12 @@ async def test_create_is_idempotent_and_conflicts(tmp_path: Path) -> None:
         err = clash.json()["error"]
         assert err["code"] == "conflict" and err["retryable"] is False
         assert err["request"]["question"] == body["question"]
-        a = (await ask(e)).json()["request"]["op_id"]
-        b = (await ask(e)).json()["request"]["op_id"]
-        assert a != b and len(a) == 32 and int(a, 16) >= 0  # issued by the hub
+        ra = (await ask(e)).json()["request"]
+        rb = (await ask(e)).json()["request"]
+        a, b = ra["op_id"], rb["op_id"]
+        # issued by the hub: the time in microseconds (13 hex digits), then 128 random bits
+        assert a != b and len(a) == 45 and int(a, 16) >= 0 and a[13:] != b[13:]
+        assert a[:13] <= b[:13] and int(a[:13], 16) <= ra["created_at"] * 1_000_000 + 1
 
 
 async def test_long_poll_returns_at_once_when_resolved(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +149,15 @@ async def test_same_op_id_same_payload_is_one_request(tmp_path: Path) -> None:
         await raw.ws.close()
 
 
-def test_sdk_op_ids_are_random_128_bits() -> None:
-    ids = {new_op_id() for _ in range(1000)}
-    assert len(ids) == 1000
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+def test_sdk_op_ids_are_128_random_bits_after_a_time_prefix() -> None:
+    ids = [new_op_id() for _ in range(1000)]
+    assert all(len(i) == 45 and int(i, 16) >= 0 for i in ids)
+    assert len({i[13:] for i in ids}) == 1000  # the random part alone is unique
+    # Made one after another, they sort in that order (the time prefix), so the store's
+    # primary-key index takes them at its end: no page of its own per new request.
+    prefixes = [i[:13] for i in ids]
+    assert prefixes == sorted(prefixes) and len(set(prefixes)) > 1
+    assert abs(int(prefixes[-1], 16) / 1e6 - time.time()) < 60
 
 
 async def test_first_answer_wins(tmp_path: Path) -> None:

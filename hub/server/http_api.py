@@ -43,6 +43,7 @@ from hub.protocol import (
     Invalid,
     OpId,
     Status,
+    fresh_op_id,
     is_name,
     parse_ask,
 )
@@ -113,8 +114,9 @@ def parse_create(body: dict[str, Any], op_id: str) -> tuple[Ask, Any, Any, float
     return ask, schema, tools, None if wait is None else float(wait)
 
 
-def op_id_of(request: Request, body: dict[str, Any]) -> str:
-    """The op_id: the Idempotency-Key header (or field ``op_id``), else 128 random bits."""
+def op_id_of(request: Request, body: dict[str, Any], now: float) -> str:
+    """The op_id: the Idempotency-Key header (or field ``op_id``), else a fresh one
+    (``fresh_op_id``: the time ``now``, then 128 random bits)."""
     key = request.headers.get("idempotency-key")
     in_body = body.get("op_id")
     if in_body is not None and not isinstance(in_body, str):
@@ -123,7 +125,7 @@ def op_id_of(request: Request, body: dict[str, Any]) -> str:
         raise Invalid("the Idempotency-Key header and field 'op_id' differ")
     op_id = key if key is not None else in_body
     if op_id is None:
-        return secrets.token_hex(16)
+        return fresh_op_id(now, secrets.token_hex(16))
     if not is_name(op_id):
         raise Invalid(f"an Idempotency-Key is 1..200 of {NAME_CHARS} (a random UUID is ideal)",
                       param="op_id")
@@ -137,7 +139,7 @@ async def create_request(request: Request) -> Response:
     who = await authenticate(request, Role.AGENT, state_changing=True)
     hub = hub_of(request)
     body = await read_object(request, max(MAX_API_BODY, hub.settings.max_frame))
-    op_id = op_id_of(request, body)
+    op_id = op_id_of(request, body, hub.clock.now())
     body.pop("op_id", None)
     ask, schema, tools, wait = parse_create(body, op_id)
     rid = new_rid(request)
