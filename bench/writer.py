@@ -27,19 +27,18 @@ import time
 from typing import Any
 
 from hub.core import Insert, Op, Request, Resolve
-from hub.protocol import Kind, OpId, Status
+from hub.protocol import Kind, OpId, Status, fresh_op_id
 from hub.store import sqlite as S
 
 
-def _op_id(i: int, kind: str) -> OpId:
-    if kind == "random":
-        return OpId(os.urandom(16).hex())
-    return OpId(f"{i:012x}{os.urandom(16).hex()}")
+def _op_id(kind: str) -> OpId:
+    random_hex = os.urandom(16).hex()
+    return OpId(random_hex if kind == "random" else fresh_op_id(time.time(), random_hex))
 
 
 def _request(i: int, kind: str = "ordered") -> Request:
     now = time.time()
-    return Request(tenant="bench", op_id=_op_id(i, kind),
+    return Request(tenant="bench", op_id=_op_id(kind),
                    conversation=f"c{i % 1000}", to=f"human{i % 4}", sender=f"agent{i % 1000}",
                    kind=Kind.QUESTION, question=f"Approve the deploy of build {i}?",
                    choices=("yes", "no"), context={"build": i, "note": "x" * 60}, default=None,

@@ -411,7 +411,7 @@ def fresh_op_id(now: float, random_hex: str) -> str:
     bits, from the caller: the protocol reads no clock and draws nothing). The random bits
     make it unguessable; the prefix makes fresh op_ids sort in the order they were made, so
     the store's primary-key index takes each new request at its end rather than on a page
-    of its own somewhere inside (a group commit of 25 cycles wrote ~62 write-ahead-log
+    of its own somewhere inside (a group commit of 25 cycles wrote ~61 write-ahead-log
     pages with random op_ids, ~35 with these: ``python -m bench.writer --op-ids random
     ordered``). Never derived from the question."""
     return f"{int(now * 1_000_000):013x}{random_hex}"
