@@ -75,3 +75,19 @@ def test_bench_quick_writes_results(tmp_path: Path) -> None:
     names = {t["name"] for t in doc["targets"]}
     assert any("cycles/s" in n for n in names)
     assert (tmp_path / "report.md").read_text().startswith("# Performance")
+
+
+def test_instructions_per_cycle_under_callgrind() -> None:
+    """``python -m bench.instructions``: valgrind counts the instructions of one ask → answer
+    cycle of the hub's own work (start-up and warm-up cancelled by two cycle counts). The
+    bounds are a sanity range around the ~660,000 it counts on this code, not a target."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--agents", "20", "--cycles", "200", "600",
+         "--warmup", "50", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (row,) = json.loads(proc.stdout)
+    assert row["tree"] == str(ROOT)
+    assert row["ratio"] == 1.0
+    assert 100_000 < row["instructions_per_cycle"] < 5_000_000, row
