@@ -22,17 +22,18 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+
+from hub.records import record
 
 log = logging.getLogger("a2h.bus")
 
 SUBJECT = "a2h.wake.v1"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InboxChanged:
     """A new (or moved) pending request for ``handle``."""
 
@@ -41,14 +42,14 @@ class InboxChanged:
     op_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestResolved:
     tenant: str
     op_id: str
     handle: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TokenRevoked:
     token_hash: str
 

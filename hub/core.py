@@ -38,6 +38,7 @@ from hub.protocol import (
     OpId,
     Status,
 )
+from hub.records import record
 from hub.schema import SchemaError, is_tool_call, validate_tool_call
 from hub.schema import validate as validate_schema
 
@@ -161,7 +162,7 @@ def open_deadline(now: float, wait: float) -> float:
 # ---------------------------------------------------------------------------- events
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AskReceived:
     ask: Ask
     tenant: str
@@ -174,18 +175,18 @@ class AskReceived:
         return self.ask.op_id
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WaitRequested:
     op_id: OpId
     wait: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CancelRequested:
     op_id: OpId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AnswerSubmitted:
     op_id: OpId
     handle: str
@@ -193,12 +194,12 @@ class AnswerSubmitted:
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeadlineReached:
     op_id: OpId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RowChanged:
     """Another node committed a change to this request: adopt the store's row (nothing to
     decide, nothing to say)."""
@@ -217,19 +218,19 @@ Event = Union[AskReceived, WaitRequested, CancelRequested, AnswerSubmitted, Dead
 # ---------------------------------------------------------------------------- store ops
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Insert:
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resolve:
     """Compare-and-set pending -> terminal."""
 
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Extend:
     """Compare-and-set of the deadline of a pending request."""
 
@@ -242,7 +243,7 @@ Op = Union[Insert, Resolve, Extend]
 # ---------------------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Replied:
     """Answer the caller: a request view (``attached`` for a re-attach) or an error."""
 
@@ -251,26 +252,26 @@ class Replied:
     attached: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InboxAdded:
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeadlineMoved:
     """An open-ended request lives longer: inboxes should show the new deadline."""
 
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resolved:
     """A request reached its terminal state: tell its waiters and remove it from inboxes."""
 
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AlarmSet:
     tenant: str
     conversation: str

@@ -64,6 +64,7 @@ from hub.protocol import (
     RunStatus,
     Settlement,
 )
+from hub.records import record
 
 
 class EntryStatus(enum.StrEnum):
@@ -202,7 +203,7 @@ class Entry:
         return call_id(self.run_id, self.position)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SettlementRequest:
     """The stored state of the request that settles an unknown outcome."""
 
@@ -214,7 +215,7 @@ class SettlementRequest:
 # ---------------------------------------------------------------------------- events
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunStarted:
     tenant: str
     run_id: str
@@ -226,7 +227,7 @@ class RunStarted:
     escalate_to: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CallReached:
     """The code reached a call (or an interrupt) at ``position``."""
 
@@ -241,7 +242,7 @@ class CallReached:
     to: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CallFinished:
     run_id: str
     exec_id: str
@@ -251,14 +252,14 @@ class CallFinished:
     error: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InterruptResolved:
     run_id: str
     position: int
     request: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunEnded:
     run_id: str
     exec_id: str
@@ -271,7 +272,7 @@ class RunEnded:
 Event = Union[RunStarted, CallReached, CallFinished, InterruptResolved, RunEnded]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Snapshot:
     """What the shell read from the store, in the transaction that will apply the step."""
 
@@ -293,7 +294,7 @@ class Snapshot:
 # ---------------------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AskSettlement:
     """Open (or re-attach to) the inbox request that settles an unknown outcome."""
 
@@ -301,7 +302,7 @@ class AskSettlement:
     entry: Entry
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AskInterrupt:
     """Open (or re-attach to) an interrupt's request and wait for its resolution."""
 

@@ -42,7 +42,6 @@ import hmac
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 import anyio
@@ -61,6 +60,7 @@ from hub.protocol import (
     check_name,
     is_name,
 )
+from hub.records import record
 
 log = logging.getLogger("a2h.mcp")
 
@@ -124,7 +124,7 @@ class Bridge(Protocol):
         """The person to ask when a call names none (``A2H_TO``, header ``X-A2H-To``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AskSpec:
     """One tool call, decoded: what the hub is asked."""
 

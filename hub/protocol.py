@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NewType, Union
 
 import orjson
 
+from hub.records import record
 from hub.schema import SchemaError, check_schema
 
 PROTOCOL_VERSION = 1
@@ -290,7 +291,7 @@ class T(enum.StrEnum):
     RUN_PENDING = "run.pending"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ask:
     id: int
     op_id: OpId
@@ -307,37 +308,37 @@ class Ask:
     schema: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Wait:
     id: int
     op_id: OpId
     wait: float = MAX_WAIT_SECONDS
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Cancel:
     id: int
     op_id: OpId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unwatch:
     id: int
     op_id: OpId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InboxQuery:
     id: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HistoryQuery:
     id: int
     limit: int = 50
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Respond:
     id: int
     op_id: OpId
@@ -345,7 +346,7 @@ class Respond:
     status: Status = Status.ANSWERED
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ping:
     id: int
     data: Any = field(default=None)
@@ -592,7 +593,7 @@ MAX_JOURNAL_VALUE_BYTES = MAX_FRAME_BYTES - 4 * 1024
 _RUN_STATUSES = tuple(s.value for s in RunStatus)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunBegin:
     id: int
     run_id: str
@@ -601,7 +602,7 @@ class RunBegin:
     escalate_to: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunCall:
     id: int
     run_id: str
@@ -613,7 +614,7 @@ class RunCall:
     args: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunResult:
     id: int
     run_id: str
@@ -624,7 +625,7 @@ class RunResult:
     error: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunInterrupt:
     id: int
     run_id: str
@@ -637,7 +638,7 @@ class RunInterrupt:
     expires_in: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunEnd:
     id: int
     run_id: str
@@ -649,14 +650,14 @@ class RunEnd:
     calls: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunList:
     id: int
     status: str | None = None
     limit: int = 100
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunPending:
     id: int
 

@@ -281,9 +281,9 @@ class HubService:
             self.notifier.kick()  # the commit may have written deliveries (hub/notify)
             req = eff.request
             self._where[(req.tenant, req.op_id)] = (req.conversation, req.to)
-            if self.bus.distributed:
+            if self.bus.distributed:  # a local bus has nobody to wake: no event to build
                 self._delivered[(req.tenant, req.op_id)] = (self.clock.now(), False)
-            self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
+                self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             n = self.gateway.publish(inbox_tag(req.tenant, req.to),
                                      inbox_add_text(req.view_text()))
             log.info("rid=%s op=%s room=%s:%s asked %s (%d inbox sockets)", rid, req.op_id,
@@ -293,7 +293,7 @@ class HubService:
             req = eff.request
             if self.bus.distributed:
                 self._delivered[(req.tenant, req.op_id)] = (self.clock.now(), True)
-            self.bus.publish(RequestResolved(req.tenant, req.op_id, req.to))
+                self.bus.publish(RequestResolved(req.tenant, req.op_id, req.to))
             self._where.pop((req.tenant, req.op_id), None)
             self._release(req.tenant, request_bytes(req))
             self.alarms.cancel(req.tenant, req.op_id)
@@ -309,13 +309,13 @@ class HubService:
                                  inbox_remove_text(req.op_id, view))
             log.info("rid=%s op=%s room=%s:%s %s by %s", rid, req.op_id, req.tenant,
                      req.conversation, req.status.value, req.actor)
+        elif isinstance(eff, AlarmSet):
+            self.alarms.set(eff.tenant, eff.conversation, eff.op_id, eff.deadline)
         elif isinstance(eff, DeadlineMoved):
             req = eff.request
             self.bus.publish(InboxChanged(req.tenant, req.to, req.op_id))
             # Same frame as a new item: inboxes treat a repeated inbox.add as an update.
             self.gateway.publish(inbox_tag(req.tenant, req.to), inbox_add_text(req.view_text()))
-        elif isinstance(eff, AlarmSet):
-            self.alarms.set(eff.tenant, eff.conversation, eff.op_id, eff.deadline)
 
     def _on_room_loaded(self, core: RoomCore) -> None:
         for req in core.pending():

@@ -26,13 +26,15 @@ def test_protocol_is_stdlib_and_orjson_only() -> None:
     for mod in imports(ROOT / "hub" / "protocol.py"):
         top = mod.split(".")[0]
         assert top in {"__future__", "enum", "re", "dataclasses", "typing", "orjson"} \
-            or mod == "hub.schema", mod  # the ask frame's schema is checked at the edge
+            or mod in {"hub.schema", "hub.records"}, mod  # the ask's schema is checked here
     for mod in imports(ROOT / "hub" / "schema.py"):  # ... and hub.schema is stdlib only
         assert mod.split(".")[0] in {"__future__", "json", "math", "re", "typing"}, mod
+    for mod in imports(ROOT / "hub" / "records.py"):  # ... and so is hub.records
+        assert mod.split(".")[0] in {"__future__", "dataclasses", "typing"}, mod
 
 
 #: Pure modules: no I/O, no clock; the core may use them.
-PURE = {"hub.protocol", "hub.schema", "hub.core", "hub.journal"}
+PURE = {"hub.protocol", "hub.schema", "hub.records", "hub.core", "hub.journal"}
 IMPURE_TOPS = {"asyncio", "starlette", "aiosqlite", "sqlite3", "time", "websockets", "uvicorn",
                "socket", "threading", "os", "subprocess"}
 

@@ -6,14 +6,15 @@ request's path (only the Notifier's own tasks do). Tests may inject any :class:`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from hub.records import record
 
 if TYPE_CHECKING:
     import aiohttp
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Response:
     #: HTTP status, or None when no response came (refused, timeout, TLS error)
     status: int | None

@@ -48,7 +48,6 @@ import hmac
 import math
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -71,6 +70,7 @@ from hub.protocol import (
     Status,
     is_name,
 )
+from hub.records import record
 from hub.schema import SchemaError, check_schema, check_tools, is_tool_call, tool_names
 from hub.server.auth import authenticate, hub_of
 from hub.server.bodies import read_json
@@ -148,7 +148,7 @@ def _extra(req: HubRequest, attached: bool | None = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- decoding
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatCall:
     """A chat-completions body, decoded once."""
 

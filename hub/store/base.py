@@ -32,13 +32,13 @@ import enum
 import hashlib
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
 from hub.core import Op, Request
 from hub.journal import Event, Run, Step
 from hub.notify.events import Channel, DeliveryOutcome, EventType
 from hub.protocol import RunStatus
+from hub.records import record
 
 
 def hash_token(token: str) -> str:
@@ -69,7 +69,7 @@ class Role(enum.StrEnum):
     HUMAN = "human"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Principal:
     """Who a token speaks for. The tenant comes from here, never from a message."""
 
@@ -98,7 +98,7 @@ class UnsupportedStore(ValueError):
     """The store target (a path or a URL) names a backend this build does not have."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Due:
     tenant: str
     conversation: str
@@ -123,7 +123,7 @@ class TokenInfo(TypedDict):
 PriorRun = tuple[RunStatus, str | None] | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunSummary:
     """A run as ``run.list`` shows it: the run and how many calls its journal holds."""
 
@@ -134,7 +134,7 @@ class RunSummary:
         return self.run.view(calls=self.calls)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Endpoint:
     """Where notifications go: a webhook, an ntfy topic, or one browser's push subscription.
 
@@ -167,7 +167,7 @@ class Endpoint:
                 "disabled_reason": self.disabled_reason, "pending": self.pending}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Delivery:
     """One event for one endpoint, as claimed from the outbox."""
 

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -662,7 +663,7 @@ def _run_bulk(conn: sqlite3.Connection, head: str, tail: str, width: int,
     for at in range(0, len(rows), _MAX_ROWS):
         chunk = rows[at:at + _MAX_ROWS]
         n = _padded(len(chunk))
-        params = [v for row in chunk for v in row]
+        params = list(chain.from_iterable(chunk))  # flat, in C
         params.extend(chunk[-1] * (n - len(chunk)))
         conn.execute(_rows_sql(head, width, n, tail), params)
 
