@@ -308,7 +308,7 @@ class HubService:
             self.gateway.publish(inbox_tag(req.tenant, req.to),
                                  inbox_remove_text(req.op_id, view))
             log.info("rid=%s op=%s room=%s:%s %s by %s", rid, req.op_id, req.tenant,
-                     req.conversation, req.status.value, req.actor)
+                     req.conversation, req.status, req.actor)  # a StrEnum: %s is its text
         elif isinstance(eff, AlarmSet):
             self.alarms.set(eff.tenant, eff.conversation, eff.op_id, eff.deadline)
         elif isinstance(eff, DeadlineMoved):

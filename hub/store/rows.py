@@ -21,7 +21,7 @@ REQUEST_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payl
 
 def request_payload(req: Request) -> bytes:
     return orjson.dumps({
-        "kind": req.kind.value, "question": req.question,
+        "kind": req.kind, "question": req.question,  # a StrEnum: orjson writes its text
         "choices": list(req.choices) if req.choices is not None else None,
         "context": req.context, "default": req.default, "schema": req.schema,
         "tools": req.tools,
