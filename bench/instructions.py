@@ -13,8 +13,10 @@ rooms, core, store (SQLite included), views, encoding, fan-out. Not counted: the
 (system calls, fsync), and the WebSocket protocol and sockets, which ``bench.hubonly``
 leaves out.
 
-Valgrind runs the threads one at a time, so the writer's batches differ from a real run's,
-and so does the count a little: the same tree gives the same figure to about 1 %.
+Valgrind runs the threads one at a time, so the writer's batches differ from a real run's.
+On a quiet machine the same tree gives the same figure to about 0.5 %; with other work
+running beside it the batches, and the count, move by a few % (docs/performance.md, sixth
+pass): run it alone.
 
 With several ``--tree`` (each a checkout of this repository) the trees alternate, round by
 round, and the table gives each tree's figure and its ratio to the first.
