@@ -28,6 +28,7 @@ import orjson
 
 from hub.protocol import (
     TERMINAL,
+    TEXT,
     WAIT_GRACE_SECONDS,
     AlreadyResolved,
     Ask,
@@ -51,10 +52,6 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 SYSTEM = "system"
-
-#: Enum member -> its plain string (``member.value`` goes through a descriptor: slow on
-#: the paths that build every view).
-_TEXT: dict[Status | Kind, str] = {m: m.value for m in (*Status, *Kind)}
 
 
 class IllegalTransition(Exception):
@@ -118,14 +115,14 @@ class Request:
             "conversation": self.conversation,
             "to": self.to,
             "from": self.sender,
-            "kind": _TEXT[self.kind],
+            "kind": TEXT[self.kind],
             "question": self.question,
             "choices": list(self.choices) if self.choices is not None else None,
             "context": self.context,
             "default": self.default,
             "schema": self.schema,
             "tools": self.tools,
-            "status": _TEXT[self.status],
+            "status": TEXT[self.status],
             "value": self.value,
             "actor": self.actor,
             "created_at": self.created_at,
@@ -148,7 +145,7 @@ def payload_hash(ask: Ask, schema: Any = None, tools: Any = None) -> str:
     if schema is None:
         schema = ask.schema
     blob = orjson.dumps(
-        [ask.conversation, ask.to, _TEXT[ask.kind], ask.question, ask.choices, ask.context,
+        [ask.conversation, ask.to, TEXT[ask.kind], ask.question, ask.choices, ask.context,
          ask.default, ask.expires_in, schema, tools],
         option=orjson.OPT_SORT_KEYS,
     )

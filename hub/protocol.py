@@ -72,6 +72,11 @@ class Kind(enum.StrEnum):
     APPROVAL = "approval"
 
 
+#: A status's or kind's text, looked up: ``Enum.value`` is a property, two Python calls per
+#: use, and the hot path (views, hashes, store rows) reads these several times a cycle.
+TEXT: dict[Status | Kind, str] = {m: m.value for m in (*Status, *Kind)}
+
+
 class ErrorCode(enum.StrEnum):
     BAD_JSON = "bad_json"
     BINARY_FRAME = "binary_frame"

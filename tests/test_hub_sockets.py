@@ -7,8 +7,8 @@ import asyncio
 import gc
 import logging
 import sqlite3
-import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -18,8 +18,10 @@ from inproc import Running, serve
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+import client_sdk.client as client_module
 from client_sdk import AccessDenied, AlreadyResolved, Conflict, Hub, Overloaded, new_op_id
 from hub.clock import FakeClock
+from hub.protocol import fresh_op_id
 from hub.rooms import Room
 from hub.store.sqlite import SQLiteStore
 
@@ -149,15 +151,27 @@ async def test_same_op_id_same_payload_is_one_request(tmp_path: Path) -> None:
         await raw.ws.close()
 
 
-def test_sdk_op_ids_are_128_random_bits_after_a_time_prefix() -> None:
+def test_sdk_op_ids_are_128_random_bits_after_a_time_prefix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK's clock, stepped by hand: no dependence on the machine's clock or speed.
+    ticks = iter(1_764_500_000.0 + k * 0.000_25 for k in range(1000))
+    monkeypatch.setattr(client_module, "time", SimpleNamespace(time=lambda: next(ticks)))
     ids = [new_op_id() for _ in range(1000)]
     assert all(len(i) == 45 and int(i, 16) >= 0 for i in ids)
     assert len({i[13:] for i in ids}) == 1000  # the random part alone is unique
     # Made one after another, they sort in that order (the time prefix), so the store's
     # primary-key index takes them at its end: no page of its own per new request.
-    prefixes = [i[:13] for i in ids]
-    assert prefixes == sorted(prefixes) and len(set(prefixes)) > 1
-    assert abs(int(prefixes[-1], 16) / 1e6 - time.time()) < 60
+    assert ids == sorted(ids)
+    assert ids[0][:13] == f"{1_764_500_000_000_000:013x}"
+    assert int(ids[-1][:13], 16) == 1_764_500_000_000_000 + 999 * 250
+
+
+def test_fresh_op_ids_sort_by_time_across_digit_counts() -> None:
+    # Fixed width: a microsecond count with more digits still sorts after a shorter one.
+    a = fresh_op_id(9.999_999, "0" * 32)
+    b = fresh_op_id(10.0, "f" * 32)
+    c = fresh_op_id(1_764_500_000.0, "0" * 32)
+    assert a < b < c and len({len(a), len(b), len(c)}) == 1
 
 
 async def test_first_answer_wins(tmp_path: Path) -> None:

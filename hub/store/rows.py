@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from hub.core import Request
-from hub.protocol import Kind, OpId, Status
+from hub.protocol import TEXT, Kind, OpId, Status
 
 REQUEST_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payload_hash, "
                    "status, value, actor, created_at, deadline, fixed_deadline, resolved_at, "
@@ -21,7 +21,7 @@ REQUEST_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payl
 
 def request_payload(req: Request) -> bytes:
     return orjson.dumps({
-        "kind": req.kind, "question": req.question,  # a StrEnum: orjson writes its text
+        "kind": TEXT[req.kind], "question": req.question,
         "choices": list(req.choices) if req.choices is not None else None,
         "context": req.context, "default": req.default, "schema": req.schema,
         "tools": req.tools,

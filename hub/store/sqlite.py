@@ -50,7 +50,7 @@ from hub.core import Extend, Insert, Op, Request, Resolve
 from hub.faults import crash_point
 from hub.journal import Event, Step
 from hub.notify.events import Channel, DeliveryOutcome
-from hub.protocol import RunStatus, Status
+from hub.protocol import TEXT, RunStatus
 from hub.store.base import (
     Delivery,
     Done,
@@ -626,9 +626,6 @@ def _post(loop: asyncio.AbstractEventLoop | None, sinks: list[asyncio.Future[Any
         pass
 
 
-#: A status's text, looked up: ``Status.value`` is a property, two Python calls per use.
-_STATUS_TEXT: dict[Status, str] = {s: s.value for s in Status}
-
 #: UPDATE ... FROM needs SQLite 3.33; older libraries take the per-item path.
 _BULK_OK = sqlite3.sqlite_version_info >= (3, 33, 0)
 
@@ -686,12 +683,12 @@ def _bulk(conn: sqlite3.Connection, ops: list[Op], *, savepoint: bool = True) ->
         r = op.request
         if isinstance(op, Insert):
             ins.append((r.tenant, r.op_id, r.conversation, r.to, r.sender, _payload(r),
-                        r.payload_hash, _STATUS_TEXT[r.status],
+                        r.payload_hash, TEXT[r.status],
                         orjson.dumps(r.value) if r.value is not None else None, r.actor,
                         r.created_at, r.deadline, int(r.fixed_deadline), r.resolved_at,
                         r.human_seconds))
         elif isinstance(op, Resolve):
-            res.append((r.tenant, r.op_id, _STATUS_TEXT[r.status],
+            res.append((r.tenant, r.op_id, TEXT[r.status],
                         orjson.dumps(r.value) if r.value is not None else None, r.actor,
                         r.resolved_at, r.human_seconds))
         else:
