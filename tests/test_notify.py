@@ -10,7 +10,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -21,10 +21,12 @@ from standardwebhooks.webhooks import Webhook
 from test_http_inproc import BASE, Edge, edge
 
 from hub.cli import describe_endpoint
+from hub.clock import FakeClock
+from hub.config import Settings
 from hub.notify import ntfy
 from hub.notify.events import DeliveryOutcome
-from hub.notify.worker import backoff
-from hub.store import Role
+from hub.notify.worker import Notifier, backoff
+from hub.store import Role, Store
 
 FAST = {"notify_min_interval": 0.0, "notify_poll": 1.0, "push_any_endpoint": True}
 
@@ -412,6 +414,35 @@ async def test_push_subscriptions_are_a_persons_own(tmp_path: Path) -> None:
                          json={"endpoint": sub["endpoint"]})
         assert r.status_code == 204
         assert await e.hub.store.list_endpoints("default") == []
+
+
+async def test_the_clock_passing_the_next_look_during_a_look_brings_it_now() -> None:
+    """The next look is due a poll after the last one read the clock, not a poll after the
+    store answered: when the clock passes it meanwhile (a slow store, or a test moving the
+    fake clock mid-look), the worker looks again at once rather than a whole poll later."""
+    clock = FakeClock()
+    looks: list[float] = []
+
+    class Outbox:
+        async def release_deliveries(self) -> None:
+            return None
+
+        async def claim_deliveries(self, now: float, lease: float, limit: int) -> list[Any]:
+            looks.append(now)
+            if len(looks) == 1:
+                clock.advance(3600.0)  # the clock moves while this look is in the store
+            return []
+
+    worker = Notifier(cast(Store, Outbox()), clock, Settings(notify_poll=1.0,
+                                                             notify_min_interval=0.0))
+    await worker.start()
+    try:
+        await until(lambda: len(looks) >= 2, what="a second look without moving the clock")
+        assert looks[:2] == [clock.now() - 3600.0, clock.now()]
+        await until(lambda: clock.sleepers == 1, what="the worker parked on its poll timer")
+        assert len(looks) == 2  # and then it waits a poll, it does not spin
+    finally:
+        await worker.stop()
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:

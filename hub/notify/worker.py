@@ -79,6 +79,8 @@ class Notifier:
         # push subscription id -> when the last notification went to it (coalescing)
         self._last_push: dict[str, float] = {}
         self._vapid: VapidKey | None = None
+        #: When the last look at the outbox read the clock: the next look is due a poll after it.
+        self._looked = 0.0
         self.sent = 0
         self.failed = 0
         self.skipped = 0
@@ -138,9 +140,13 @@ class Notifier:
 
     async def _idle(self) -> None:
         timer: Timer | None = None
+        due = self._looked + self.settings.notify_poll
+        if due <= self.clock.now():
+            # The clock passed the next look while this one waited on the store: look now.
+            self._wake.clear()
+            return
         if not self._wake.is_set():
-            timer = self.clock.call_at(self.clock.now() + self.settings.notify_poll,
-                                       self._wake.set)
+            timer = self.clock.call_at(due, self._wake.set)
         try:
             await self._wake.wait()
         finally:
@@ -150,10 +156,10 @@ class Notifier:
 
     async def _pump(self) -> bool:
         """Claim due deliveries and start sending them; True if it should look again now."""
+        now = self._looked = self.clock.now()
         room = 4 * max(1, self.settings.notify_concurrency) - len(self._sending)
         if room <= 0:
             return False
-        now = self.clock.now()
         lease = max(60.0, 3 * self.settings.notify_timeout)
         claimed = await self.store.claim_deliveries(now, lease, room)
         groups: dict[str, list[Delivery]] = {}
