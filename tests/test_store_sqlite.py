@@ -319,3 +319,19 @@ async def test_a_read_is_one_trip_to_the_reader_thread(tmp_path: Path,
     finally:
         monkeypatch.undo()
         await store.close()
+
+
+def test_none_and_bytes_bind_through_the_adapter_registry(tmp_path: Path) -> None:
+    """Without an adapter the sqlite3 module tries two protocols (failed attribute lookups,
+    an exception message formatted and dropped) for every None and bytes it binds; the
+    store registers one that passes them as they are, and they are still NULL and BLOB."""
+    from hub.store.sqlite import connect_sync
+
+    conn = connect_sync(tmp_path / "bind.db")
+    try:
+        for kind in (type(None), bytes):
+            assert (kind, sqlite3.PrepareProtocol) in sqlite3.adapters
+        got = conn.execute("SELECT typeof(?), typeof(?), ?", (None, b"\x00\xff", b"ab")).fetchone()
+        assert got == ("null", "blob", b"ab")
+    finally:
+        conn.close()
