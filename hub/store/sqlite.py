@@ -8,12 +8,12 @@ savepoint per item, so one bad item cannot sink its neighbours) and commits once
 commit makes its fsync cost per batch, not per request. ``--sync normal`` survives kill -9
 but may lose the last commits on power loss; it is faster on slow disks.
 
-Under load a commit waits a little for company (``--commit-delay``, 1 ms, after a commit of
+Under load a commit waits a little for company (``--commit-delay``, 3 ms, after a commit of
 at least ``--commit-siblings`` callers, 4): the next commit starts no sooner than the delay
 after the previous one started. A commit's cost is mostly fixed (WAL frames, fsync, the
-GIL hand-offs of its statements), so at 2,000 cycles/s this takes batches from ~6 to ~9
-callers and the hub's CPU per cycle down by a sixth (docs/performance.md); a lone caller
-never waits.
+GIL hand-offs of its statements), so at 2,000 cycles/s this takes batches from ~6 to ~12
+callers and the hub's CPU per cycle from ~353 to ~300 µs (docs/performance.md, measured
+when it came); a lone caller never waits.
 
 When the database as a whole cannot be written (read-only, disk or size limit full, I/O
 error) the whole batch fails cleanly: rolled back, every caller gets a retryable
