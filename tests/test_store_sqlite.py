@@ -29,7 +29,7 @@ from hub.faults import CRASH_EXIT
 from hub.journal import CallReached, EntryKind, RunStarted
 from hub.store import NewerDatabase, Role, StoreError, UnsupportedStore, open_store
 from hub.store import sqlite as sqlite_backend
-from hub.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from hub.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore, connect_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -325,8 +325,6 @@ def test_none_and_bytes_bind_through_the_adapter_registry(tmp_path: Path) -> Non
     """Without an adapter the sqlite3 module tries two protocols (failed attribute lookups,
     an exception message formatted and dropped) for every None and bytes it binds; the
     store registers one that passes them as they are, and they are still NULL and BLOB."""
-    from hub.store.sqlite import connect_sync
-
     conn = connect_sync(tmp_path / "bind.db")
     try:
         for kind in (type(None), bytes):
