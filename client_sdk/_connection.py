@@ -57,7 +57,8 @@ from client_sdk.errors import (
     RetryableError,
     from_frame,
 )
-from hub.protocol import CloseCode, ErrorCode, Status, T
+from hub.errors import ErrorCode
+from hub.protocol import CloseCode, Status, T
 
 log = logging.getLogger("a2h.sdk")
 

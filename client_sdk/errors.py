@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import hub.protocol as protocol
-from hub.protocol import ErrorCode
+import hub.errors as errors
+from hub.errors import ErrorCode
 
 
 class A2HError(Exception):
@@ -133,8 +133,8 @@ _BY_CODE: dict[str, type[A2HError]] = {
     ErrorCode.INTERNAL: RetryableError,
 }
 # Every limit the hub reports (its own LimitExceeded codes) is LimitExceeded here too.
-_BY_CODE.update({code: LimitExceeded for code, cls in protocol.ERRORS_BY_CODE.items()
-                 if issubclass(cls, protocol.LimitExceeded)})
+_BY_CODE.update({code: LimitExceeded for code, cls in errors.ERRORS_BY_CODE.items()
+                 if issubclass(cls, errors.LimitExceeded)})
 
 
 def _retry_after(frame: dict[str, Any]) -> float:

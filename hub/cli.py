@@ -157,7 +157,8 @@ def token_command(args: argparse.Namespace) -> int:
     """Create or revoke a token through the store, whether or not a hub runs on it."""
     import time
 
-    from hub.protocol import Invalid, check_name
+    from hub.errors import Invalid
+    from hub.protocol import check_name
     from hub.store import Role, StoreError, UnsupportedStore, open_store
 
     if args.token_command == "create":
@@ -205,8 +206,8 @@ def notify_command(args: argparse.Namespace) -> int:
 
     import orjson
 
+    from hub.errors import HubError
     from hub.notify import endpoints
-    from hub.protocol import HubError
     from hub.store import StoreError, UnsupportedStore, open_store
 
     async def run() -> int:

@@ -26,19 +26,8 @@ from typing import Any, Union
 
 import orjson
 
-from hub.protocol import (
-    TERMINAL,
-    TEXT,
-    WAIT_GRACE_SECONDS,
-    AlreadyResolved,
-    Ask,
-    Conflict,
-    Invalid,
-    Kind,
-    NotFound,
-    OpId,
-    Status,
-)
+from hub.errors import AlreadyResolved, Conflict, Invalid, NotFound
+from hub.protocol import TERMINAL, TEXT, WAIT_GRACE_SECONDS, Ask, Kind, OpId, Status
 from hub.records import record
 from hub.schema import SchemaError, is_tool_call, validate_tool_call
 from hub.schema import validate as validate_schema

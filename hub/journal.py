@@ -55,15 +55,8 @@ from typing import Any, Union
 
 import orjson
 
-from hub.protocol import (
-    ErrorCode,
-    Invalid,
-    LimitExceeded,
-    NotFound,
-    Outcome,
-    RunStatus,
-    Settlement,
-)
+from hub.errors import ErrorCode, Invalid, LimitExceeded, NotFound
+from hub.protocol import Outcome, RunStatus, Settlement
 from hub.records import record
 
 

@@ -51,15 +51,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from hub.protocol import (
-    MAX_WAIT_SECONDS,
-    HubError,
-    Kind,
-    NotFound,
-    Status,
-    check_name,
-    is_name,
-)
+from hub.errors import HubError, NotFound
+from hub.protocol import MAX_WAIT_SECONDS, Kind, Status, check_name, is_name
 from hub.records import record
 
 log = logging.getLogger("a2h.mcp")

@@ -44,8 +44,8 @@ from hub.core import (
     RoomCore,
     RowChanged,
 )
+from hub.errors import Overloaded, RetryLater
 from hub.faults import crash_point
-from hub.protocol import Overloaded, RetryLater
 from hub.store import Store
 
 log = logging.getLogger("a2h.rooms")

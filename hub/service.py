@@ -35,18 +35,15 @@ from hub.core import (
     RoomCore,
     WaitRequested,
 )
+from hub.errors import ErrorCode, LimitExceeded, NotFound, Unauthorized
 from hub.gateway import Gateway, inbox_tag, op_tag, token_tag
 from hub.memory import Reclaimer
 from hub.notify.worker import Notifier
 from hub.protocol import (
     Ask,
     CloseCode,
-    ErrorCode,
-    LimitExceeded,
-    NotFound,
     OpId,
     Status,
-    Unauthorized,
     encode_text,
     inbox_add_frame,
     inbox_add_text,

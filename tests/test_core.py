@@ -21,7 +21,8 @@ from hub.core import (
     RoomCore,
     WaitRequested,
 )
-from hub.protocol import AlreadyResolved, Ask, Conflict, Invalid, Kind, NotFound, OpId, Status
+from hub.errors import AlreadyResolved, Conflict, Invalid, NotFound
+from hub.protocol import Ask, Kind, OpId, Status
 
 T0 = 1000.0
 

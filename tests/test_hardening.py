@@ -17,7 +17,8 @@ from test_hub_sockets import Raw, ask_frame
 from client_sdk import Hub
 from hub.clock import FakeClock
 from hub.core import AskReceived, Insert, RoomCore
-from hub.protocol import MAX_JSON_DEPTH, Ask, OpId, Unauthorized
+from hub.errors import Unauthorized
+from hub.protocol import MAX_JSON_DEPTH, Ask, OpId
 from hub.service import HubService
 from hub.store import Role
 from hub.store.sqlite import SQLiteStore

@@ -24,7 +24,8 @@ from starlette.applications import Starlette
 from hub.cli import build_parser, settings_from_args
 from hub.clock import FakeClock
 from hub.config import Settings
-from hub.protocol import MAX_JSON_DEPTH, Unauthorized
+from hub.errors import Unauthorized
+from hub.protocol import MAX_JSON_DEPTH
 from hub.server import create_app
 from hub.server.openapi import OPERATIONS, undescribed
 from hub.service import HubService

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hub import journal as j
+from hub.errors import Invalid, LimitExceeded, NotFound
 from hub.journal import (
     AskInterrupt,
     AskSettlement,
@@ -20,7 +21,7 @@ from hub.journal import (
     SettlementRequest,
     Snapshot,
 )
-from hub.protocol import Invalid, LimitExceeded, NotFound, Outcome, RunStatus
+from hub.protocol import Outcome, RunStatus
 
 NOW = 1_700_000_000.0
 SECRET = "00" * 16

@@ -26,7 +26,9 @@ def test_protocol_is_stdlib_and_orjson_only() -> None:
     for mod in imports(ROOT / "hub" / "protocol.py"):
         top = mod.split(".")[0]
         assert top in {"__future__", "enum", "re", "dataclasses", "typing", "orjson"} \
-            or mod in {"hub.schema", "hub.records"}, mod  # the ask's schema is checked here
+            or mod in {"hub.schema", "hub.records", "hub.errors"}, mod  # the ask's schema is checked here
+    for mod in imports(ROOT / "hub" / "errors.py"):  # ... and hub.errors is stdlib only
+        assert mod.split(".")[0] in {"__future__", "enum", "typing"}, mod
     for mod in imports(ROOT / "hub" / "schema.py"):  # ... and hub.schema is stdlib only
         assert mod.split(".")[0] in {"__future__", "json", "math", "re", "typing"}, mod
     for mod in imports(ROOT / "hub" / "records.py"):  # ... and so is hub.records
@@ -34,7 +36,7 @@ def test_protocol_is_stdlib_and_orjson_only() -> None:
 
 
 #: Pure modules: no I/O, no clock; the core may use them.
-PURE = {"hub.protocol", "hub.schema", "hub.records", "hub.core", "hub.journal"}
+PURE = {"hub.protocol", "hub.errors", "hub.schema", "hub.records", "hub.core", "hub.journal"}
 IMPURE_TOPS = {"asyncio", "starlette", "aiosqlite", "sqlite3", "time", "websockets", "uvicorn",
                "socket", "threading", "os", "subprocess"}
 
@@ -128,9 +130,10 @@ def test_no_module_level_mutable_state() -> None:
 
 
 def test_sdk_uses_only_the_protocol_from_hub() -> None:
+    """The wire vocabulary: the frames and the errors they carry."""
     for path in files("client_sdk"):
         for mod in imports(path):
-            assert not mod.startswith("hub.") or mod == "hub.protocol", (path, mod)
+            assert not mod.startswith("hub.") or mod in {"hub.protocol", "hub.errors"}, (path, mod)
 
 
 def test_sdk_exports_are_pinned() -> None:

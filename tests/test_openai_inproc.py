@@ -20,7 +20,8 @@ from test_http_inproc import BASE, Edge, Live, data, edge, inbox, nested
 
 from hub.clock import FakeClock
 from hub.core import Request
-from hub.protocol import Kind, OpId, Status, Unauthorized
+from hub.errors import Unauthorized
+from hub.protocol import Kind, OpId, Status
 from hub.server.openai_compat import REATTACH_WINDOW, choose_op_id, parse_chat
 from hub.store import Principal, Role
 

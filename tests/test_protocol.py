@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from hub import errors as e
 from hub import protocol as p
 
 
@@ -13,7 +14,7 @@ def dec(obj: object) -> p.ClientFrame:
 
 
 def code_of(data: str | bytes) -> str:
-    with pytest.raises(p.FrameError) as info:
+    with pytest.raises(e.FrameError) as info:
         p.decode_client_frame(data)
     return info.value.code.value
 
@@ -46,33 +47,33 @@ def test_bad_frames_get_codes(data: str, code: str) -> None:
 
 
 def test_frame_id_is_echoed_when_readable() -> None:
-    with pytest.raises(p.FrameError) as info:
+    with pytest.raises(e.FrameError) as info:
         p.decode_client_frame('{"type": "wait", "id": 9}')
     assert info.value.frame_id == 9
 
 
 def test_every_error_code_has_a_status_and_a_class() -> None:
-    for code in p.ErrorCode:
-        assert code in p.ERROR_TABLE
-        assert code in p.ERRORS_BY_CODE
-    assert not p.Overloaded().retryable
-    assert p.RetryLater().retryable
+    for code in e.ErrorCode:
+        assert code in e.ERROR_TABLE
+        assert code in e.ERRORS_BY_CODE
+    assert not e.Overloaded().retryable
+    assert e.RetryLater().retryable
 
 
 def test_error_frame_round_trip() -> None:
-    frame = p.error_frame(p.Conflict("dup", request={"op_id": "o"}), 4)
+    frame = p.error_frame(e.Conflict("dup", request={"op_id": "o"}), 4)
     exc = p.error_from_frame(orjson.loads(orjson.dumps(frame)))
-    assert isinstance(exc, p.Conflict) and exc.request == {"op_id": "o"}
+    assert isinstance(exc, e.Conflict) and exc.request == {"op_id": "o"}
 
 
 def test_the_sdk_maps_every_error_code() -> None:
     from client_sdk import errors
 
-    for code in p.ErrorCode:
+    for code in e.ErrorCode:
         frame = {"type": "error", "code": code.value, "message": "m"}
         exc = errors.from_frame(frame)
         assert isinstance(exc, errors.A2HError) and exc.code == code.value
-        if issubclass(p.ERRORS_BY_CODE[code], p.LimitExceeded):
+        if issubclass(e.ERRORS_BY_CODE[code], e.LimitExceeded):
             assert isinstance(exc, errors.LimitExceeded)
-        if code is p.ErrorCode.OVERLOADED:
+        if code is e.ErrorCode.OVERLOADED:
             assert isinstance(exc, errors.Overloaded) and not isinstance(exc, errors.RetryableError)

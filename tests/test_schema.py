@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from hub.core import Request, validate_answer
-from hub.protocol import Invalid, Kind, OpId, Status
+from hub.errors import Invalid
+from hub.protocol import Kind, OpId, Status
 from hub.schema import SchemaError, check_schema, check_tools, validate, validate_tool_call
 
 PERSON = {

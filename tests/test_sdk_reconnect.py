@@ -24,7 +24,8 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 
 from client_sdk import ConnectionLost, Hub, RateLimited
-from hub.protocol import ErrorCode, T
+from hub.errors import ErrorCode
+from hub.protocol import T
 
 
 class Relay:

@@ -20,6 +20,7 @@ import pytest
 from pg_util import pg_schema
 
 from hub.core import AskReceived, Extend, Insert, Request, Resolve, RoomCore
+from hub.errors import Invalid, NotFound
 from hub.journal import (
     AskInterrupt,
     AskSettlement,
@@ -31,7 +32,7 @@ from hub.journal import (
     RunStarted,
 )
 from hub.notify.events import Channel, DeliveryOutcome, EventType
-from hub.protocol import Ask, Conversation, Invalid, NotFound, OpId, Outcome, RunStatus, Status
+from hub.protocol import Ask, Conversation, OpId, Outcome, RunStatus, Status
 from hub.store import Role, Store, open_store
 from hub.store.base import Endpoint
 

@@ -15,7 +15,8 @@ from pydantic import BaseModel, Field
 
 from client_sdk import Conflict, Hub, InvalidRequest, SyncHub
 from hub.core import payload_hash
-from hub.protocol import Invalid, parse_ask
+from hub.errors import Invalid
+from hub.protocol import parse_ask
 from hub.schema import check_schema
 
 

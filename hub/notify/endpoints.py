@@ -1,7 +1,7 @@
 """Making endpoints from what an admin (CLI, admin API) or a browser gives: validated once,
 here, for every entry point.
 
-Raises :class:`~hub.protocol.Invalid` naming the field at fault.
+Raises :class:`~hub.errors.Invalid` naming the field at fault.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from hub.errors import Invalid
 from hub.notify import webhooks
 from hub.notify.events import Channel, new_endpoint_id
-from hub.protocol import Invalid, check_name
+from hub.protocol import check_name
 from hub.store import Endpoint
 
 #: Longest URL of an endpoint (push services' URLs run to ~500 characters).

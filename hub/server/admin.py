@@ -32,8 +32,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hub.errors import Invalid, NotFound
 from hub.notify import endpoints
-from hub.protocol import Invalid, NotFound, check_name
+from hub.protocol import check_name
 from hub.server.auth import authenticate, hub_of
 from hub.server.bodies import read_object
 from hub.server.errors import endpoint

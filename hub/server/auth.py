@@ -4,9 +4,9 @@ The tenant and, for humans, the handle come from here only (invariant 9). Every 
 handler and the WebSocket endpoint call :func:`authenticate`, which returns the
 :class:`Principal` or raises:
 
-- :class:`~hub.protocol.Unauthorized` (401): no token or session, or one that is unknown,
+- :class:`~hub.errors.Unauthorized` (401): no token or session, or one that is unknown,
   revoked or expired;
-- :class:`~hub.protocol.Denied` (403): a role the call does not accept, or a browser
+- :class:`~hub.errors.Denied` (403): a role the call does not accept, or a browser
   request from another site riding on the session cookie.
 
 A cookie alone is no proof of intent, so cookie-authenticated calls are checked for their
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-from hub.protocol import Denied, Unauthorized
+from hub.errors import Denied, Unauthorized
 from hub.store import Principal, Role
 
 if TYPE_CHECKING:

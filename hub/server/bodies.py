@@ -7,7 +7,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from hub.protocol import Invalid, TooLarge, loads
+from hub.errors import Invalid, TooLarge
+from hub.protocol import loads
 
 #: Largest JSON body of the plain API (a WebSocket frame's limit applies when larger).
 MAX_API_BODY = 64 * 1024

@@ -32,13 +32,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hub.protocol import (
-    ErrorCode,
-    HubError,
-    RetryLater,
-    error_body,
-    openai_error_body,
-)
+from hub.errors import ErrorCode, HubError, RetryLater
+from hub.protocol import error_body, openai_error_body
 
 log = logging.getLogger("a2h.http")
 

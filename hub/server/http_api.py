@@ -11,7 +11,7 @@ For clients without the SDK (docs/http-api.md has a curl example for each call):
     GET  /openapi.json                    anyone  the OpenAPI description of the routes
 
 Every error is ``{"error": {"code", "message", "retryable"}}`` with the HTTP status of
-``hub.protocol.ERROR_TABLE`` (``request`` rides along for ``conflict`` and
+``hub.errors.ERROR_TABLE`` (``request`` rides along for ``conflict`` and
 ``already_resolved``; ``hub.server.errors`` is the one mapping). A long-poll whose token is
 revoked or expires while it blocks answers 401. The tenant comes from the token only: a
 request of another tenant is answered exactly like a missing one (404 ``not_found``). Humans may use the
@@ -35,12 +35,12 @@ from starlette.routing import Route
 import hub.server.openapi as openapi
 from hub.core import AnswerSubmitted, CancelRequested
 from hub.core import Request as HubRequest
+from hub.errors import Invalid
 from hub.protocol import (
     MAX_WAIT_SECONDS,
     NAME_CHARS,
     WAIT_LIMIT,
     Ask,
-    Invalid,
     OpId,
     Status,
     fresh_op_id,

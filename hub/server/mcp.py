@@ -22,7 +22,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from hub.core import CancelRequested
-from hub.protocol import Denied, OpId, Unauthorized, error_body, parse_ask
+from hub.errors import Denied, Unauthorized
+from hub.protocol import OpId, error_body, parse_ask
 from hub.server.auth import bearer
 from hub.service import HubService
 from hub.store import Principal, Role, token_hash_of

@@ -56,6 +56,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hub.core import Request as HubRequest
+from hub.errors import HubError
 from hub.protocol import (
     EXPIRES_LIMIT,
     MAX_WAIT_SECONDS,
@@ -64,7 +65,6 @@ from hub.protocol import (
     WAIT_LIMIT,
     Ask,
     Conversation,
-    HubError,
     Kind,
     OpId,
     Status,

@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hub.errors import Invalid, LimitExceeded, NotFound, RetryLater
 from hub.notify import endpoints
 from hub.notify.events import Channel
-from hub.protocol import Invalid, LimitExceeded, NotFound, RetryLater
 from hub.server.auth import authenticate, hub_of
 from hub.server.bodies import read_object
 from hub.server.errors import endpoint

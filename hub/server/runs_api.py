@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from hub.errors import Denied, HubError, NotFound, Overloaded, RetryLater
 from hub.faults import crash_point
 from hub.journal import (
     DEFAULT_INTERRUPT_EXPIRY,
@@ -50,14 +51,9 @@ from hub.journal import (
 from hub.protocol import (
     Ask,
     Conversation,
-    Denied,
-    HubError,
     Kind,
-    NotFound,
     OpId,
     Outcome,
-    Overloaded,
-    RetryLater,
     RunBegin,
     RunCall,
     RunEnd,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hub.protocol import BadJson, Denied, Invalid, Unauthorized, loads
+from hub.errors import BadJson, Denied, Invalid, Unauthorized
+from hub.protocol import loads
 from hub.server.auth import SESSION_COOKIE, authenticate, cross_site, hub_of
 from hub.server.errors import endpoint
 from hub.store import Role

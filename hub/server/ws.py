@@ -20,24 +20,26 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from hub.core import Replied
-from hub.gateway import Connection, WriteNow, inbox_tag, op_tag, token_tag
-from hub.protocol import (
-    Ask,
+from hub.errors import (
     BinaryFrame,
-    Cancel,
-    CloseCode,
     Denied,
     ErrorCode,
     FrameError,
-    HistoryQuery,
     HubError,
-    InboxQuery,
     LimitExceeded,
     Overloaded,
-    Ping,
     RateLimited,
-    Respond,
     RetryLater,
+)
+from hub.gateway import Connection, WriteNow, inbox_tag, op_tag, token_tag
+from hub.protocol import (
+    Ask,
+    Cancel,
+    CloseCode,
+    HistoryQuery,
+    InboxQuery,
+    Ping,
+    Respond,
     Unwatch,
     Wait,
     decode_client_frame,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hub import protocol
+from hub import errors, protocol
 
 PROTOCOL_JS = Path(__file__).resolve().parents[2] / "hub" / "web" / "js" / "protocol.js"
 
@@ -42,7 +42,7 @@ def _py_members(cls: type[enum.Enum]) -> dict[str, str | int]:
     return {m.name: m.value for m in cls}
 
 
-@pytest.mark.parametrize("cls", [protocol.T, protocol.ErrorCode, protocol.CloseCode,
+@pytest.mark.parametrize("cls", [protocol.T, errors.ErrorCode, protocol.CloseCode,
                                  protocol.Status, protocol.Kind], ids=lambda c: c.__name__)
 def test_enum_mirrored(cls: type[enum.Enum]) -> None:
     js = _js_objects()
