@@ -257,4 +257,9 @@ def versions() -> dict[str, str]:
     import sqlite3
 
     out["sqlite"] = sqlite3.sqlite_version
+    # The hub's build, as the servers this process starts decide it (same tree, same
+    # environment): its hot modules compiled or interpreted (hub/_native.py).
+    import hub
+
+    out["hub_build"] = hub.BUILD.describe()
     return out

@@ -1,5 +1,11 @@
 """A2H hub: agents ask, humans answer. See docs/design.md for the module map."""
 
+from hub import _native
+
+#: Whether the hot modules run compiled (``.native/``, fresh) or interpreted, and why: decided
+#: here, before any of them is imported (:mod:`hub._native`).
+BUILD = _native.load()
+
 
 def __getattr__(name: str) -> str:
     # ``hub.__version__`` is the installed distribution's version: pyproject.toml is the one

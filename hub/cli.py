@@ -368,6 +368,7 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from hub import BUILD
     from hub.logs import configure as configure_logging
     from hub.server import create_app
     from hub.server.connections import ConnectionGuard, protocols
@@ -438,7 +439,8 @@ def serve(args: argparse.Namespace) -> int:
                       f"  Agent token (tenant '{settings.bootstrap_tenant}'):\n    {agent}\n"
                       f"  Shown once: only their hashes are stored.\n", flush=True)
             tune_gc()
-            print(f"a2h: serving on {base}", flush=True)
+            # the build: the hot modules compiled (fresh .native/) or interpreted, and why
+            print(f"a2h: serving on {base} ({BUILD.describe()})", flush=True)
         await task
 
     if loop == "uvloop":

@@ -577,7 +577,11 @@ _PARSERS.update({
 # ---------------------------------------------------------------------------- end of runs
 
 
-def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> ClientFrame:
+#: Every frame a client may send: a request frame or a run frame.
+AnyClientFrame = Union[ClientFrame, RunFrame]
+
+
+def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> AnyClientFrame:
     """Parse one client frame.
 
     Raises:
@@ -610,7 +614,7 @@ def decode_client_frame(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> 
     if fid_out is None:
         raise FrameError(Invalid("field 'id' must be an integer"), None)
     try:
-        frame: ClientFrame = parser(obj, fid_out)
+        frame: AnyClientFrame = parser(obj, fid_out)
         return frame
     except HubError as exc:
         raise FrameError(exc, fid_out) from None

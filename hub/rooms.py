@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from hub.clock import Clock, Timer
 from hub.core import (
@@ -403,7 +403,7 @@ class RoomHost:
             room.ask_tokens = tokens - 1.0
 
     #: Seconds between two log lines about one overloaded room.
-    OVERLOAD_LOG_EVERY = 1.0
+    OVERLOAD_LOG_EVERY: ClassVar[float] = 1.0
 
     def _refuse(self, room: Room, rid: str, why: str = "") -> None:
         """Answer ``overloaded``. A flooded room refuses thousands of messages a second:

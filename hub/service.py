@@ -11,7 +11,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -126,7 +126,7 @@ class HubService:
             self._reconcile_task = loop.create_task(self._reconcile(), name="a2h reconcile")
 
     #: Seconds between two looks for revoked tokens.
-    REVOCATION_POLL = 0.5
+    REVOCATION_POLL: ClassVar[float] = 0.5
 
     async def _watch_revocations(self) -> None:
         """Close the sockets and end the blocked calls of revoked tokens within about a

@@ -428,7 +428,7 @@ async def test_an_internal_error_is_a_retryable_503(tmp_path: Path,
     async with edge(tmp_path) as e:
         async def broken(*a: Any, **kw: Any) -> Any:
             raise RuntimeError("disk on fire")
-        monkeypatch.setattr(e.hub, "inbox", broken)
+        monkeypatch.setattr(type(e.hub), "inbox", broken)
         r = await e.call("GET", "/api/inbox", e.human)
         assert r.status_code == 503
         assert r.json() == {"error": {"code": "unavailable", "message": "internal error",
@@ -449,8 +449,8 @@ async def test_revoked_token_ends_a_long_poll_with_401(tmp_path: Path,
             blocked.append("x")
             await revoked.wait()
             raise Unauthorized("the token was revoked")
-        monkeypatch.setattr(e.hub, "wait_for", wait_for)
-        monkeypatch.setattr(e.hub, "ask_and_wait", wait_for)
+        monkeypatch.setattr(type(e.hub), "wait_for", wait_for)
+        monkeypatch.setattr(type(e.hub), "ask_and_wait", wait_for)
         poll = asyncio.ensure_future(
             e.call("GET", f"/api/requests/{op_id}", e.agent, params={"wait": 300}))
         create = asyncio.ensure_future(ask(e, wait=300))

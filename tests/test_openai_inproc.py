@@ -277,7 +277,7 @@ async def test_non_streaming_call_ends_with_401_when_the_token_goes(
     async with edge(tmp_path) as e:
         async def revoked(*a: Any, **kw: Any) -> Any:
             raise Unauthorized("the token was revoked")
-        monkeypatch.setattr(e.hub, "ask_and_wait", revoked)
+        monkeypatch.setattr(type(e.hub), "ask_and_wait", revoked)
         r = await chat(e, messages=user(q()))
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
 
@@ -351,7 +351,7 @@ async def test_stream_ends_with_an_error_event_when_the_token_goes(
         async def wait_for(*a: Any, **kw: Any) -> Any:
             await revoke.wait()
             raise Unauthorized("the token was revoked")
-        monkeypatch.setattr(e.hub, "wait_for", wait_for)
+        monkeypatch.setattr(type(e.hub), "wait_for", wait_for)
         live = await stream(e, q("Revoked?"))
         try:
             data(await live.event())
@@ -389,13 +389,13 @@ async def test_a_client_that_leaves_ends_the_stream_and_its_tasks(
         ended: list[str] = []
         real_wait_for = e.hub.wait_for
 
-        async def wait_for(*a: Any, **kw: Any) -> Any:
+        async def wait_for(self: Any, *a: Any, **kw: Any) -> Any:  # patched on the class
             try:
                 return await real_wait_for(*a, **kw)
             except asyncio.CancelledError:
                 ended.append("cancelled")
                 raise
-        monkeypatch.setattr(e.hub, "wait_for", wait_for)
+        monkeypatch.setattr(type(e.hub), "wait_for", wait_for)
         live = await stream(e, q("Leaving?"))
         data(await live.event())
         await until(lambda: 7.0 in e.clock.naps, 10, "the tick parks")
