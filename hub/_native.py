@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-#: The modules compiled, in the order the build lists them: a cycle's path through the hub
-#: (frame → service → room → core → store rows → alarms).
-MODULES = ("hub.protocol", "hub.gateway", "hub.service", "hub.rooms", "hub.core",
-           "hub.store.rows", "hub.alarms")
+#: The modules compiled: a cycle's path through the hub (socket session → frames → gateway →
+#: service → room → core → SQLite store and its writer thread → rows → alarms).
+MODULES = ("hub.server.ws", "hub.protocol", "hub.gateway", "hub.service", "hub.rooms", "hub.core",
+           "hub.store.sqlite", "hub.store.rows", "hub.alarms")
 #: mypyc's group library: the compiled code of every module above (each module's own file
 #: is a shim that imports it).
 GROUP = "a2h_native"

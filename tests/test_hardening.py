@@ -200,14 +200,20 @@ async def test_pending_bytes_cap(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- 10. no oracle
 
 
-class CountingStore(SQLiteStore):
+class CountingStore:
+    """A SQLite store that counts ``get_request`` calls: a wrapper, not a subclass, since the
+    native build compiles SQLiteStore (hub/_native.py) and Python may not subclass it."""
+
     def __init__(self, path: Path) -> None:
-        super().__init__(path)
+        self._store = SQLiteStore(path)
         self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
     async def get_request(self, tenant: str, op_id: str) -> Any:
         self.reads += 1
-        return await super().get_request(tenant, op_id)
+        return await self._store.get_request(tenant, op_id)
 
 
 async def test_someone_elses_request_looks_like_a_missing_one(tmp_path: Path) -> None:

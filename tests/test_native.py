@@ -29,7 +29,9 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 CORE_TESTS = ["tests/test_core.py", "tests/test_protocol.py", "tests/test_frame_text.py",
               "tests/test_gateway_tick.py", "tests/test_alarm_sweep.py",
               "tests/test_writer_paths.py", "tests/test_store_contract.py",
-              "tests/test_http_inproc.py", "tests/test_ws_inbox.py", "tests/test_native.py"]
+              "tests/test_store_sqlite.py", "tests/test_ws_frame_order.py",
+              "tests/test_hub_sockets.py", "tests/test_http_inproc.py", "tests/test_ws_inbox.py",
+              "tests/test_native.py"]
 
 
 def test_the_suite_runs_the_build_it_was_asked_for() -> None:

@@ -9,6 +9,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 import hub.server.admin as admin
 import hub.server.http_api as http_api
@@ -76,8 +77,13 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         async with hub, (mcp.running() if mcp else contextlib.nullcontext()):
             yield
 
+    async def socket(websocket: WebSocket) -> None:
+        # A Python function: Starlette tells an endpoint from an ASGI app by
+        # ``inspect.isfunction``, which a compiled one (hub/_native.py) is not.
+        await websocket_endpoint(websocket)
+
     routes = [
-        WebSocketRoute("/ws", websocket_endpoint),
+        WebSocketRoute("/ws", socket),
         Route("/healthz", ops.healthz),
         Route("/metrics", ops.metrics),
         Route("/api/session", session.login, methods=["POST"]),

@@ -362,7 +362,7 @@ class _Writer:
         self._delay = commit_delay
         self._siblings = commit_siblings
         self._q: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
+        self._worker = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         #: the loop the callers wait in (results are delivered there)
@@ -376,7 +376,7 @@ class _Writer:
         self.delayed = 0
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker.start()
         self._ready.wait()
         if self._error is not None:
             raise self._error
@@ -407,9 +407,9 @@ class _Writer:
         return loop
 
     def stop(self) -> None:
-        if self._thread.is_alive():
+        if self._worker.is_alive():
             self._q.put(None)
-            self._thread.join(30)
+            self._worker.join(30)
 
     def _run(self) -> None:
         try:
