@@ -14,8 +14,8 @@ serves those modules from ``.native/``, but only when
 
 Otherwise the hub runs as interpreted Python: the same program, slower. The modules are
 compiled as one group that calls across itself directly, so they are used all together or
-not at all. The compiled set is chosen so that nothing subclasses or patches a compiled
-class at run time: the error types (:mod:`hub.errors`) and the clocks (:mod:`hub.clock`,
+not at all. The compiled set is chosen so that nothing subclasses a compiled class at run
+time (Python may not): the error types (:mod:`hub.errors`) and the clocks (:mod:`hub.clock`,
 which the tests subclass) stay interpreted.
 
 Standard library only, and no hub import: this runs while ``hub`` is being imported.
@@ -30,7 +30,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -74,8 +74,7 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def plan(root: Path, env: dict[str, str] | os._Environ[str],
-         suffix: str) -> tuple[dict[str, Path], str]:
+def plan(root: Path, env: Mapping[str, str], suffix: str) -> tuple[dict[str, Path], str]:
     """The compiled files to serve (module name → file; empty for none) and why.
 
     Pure but for reading files: ``root`` is the source tree, ``suffix`` this interpreter's

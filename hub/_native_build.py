@@ -34,7 +34,7 @@ def build(root: Path = ROOT, *, if_stale: bool = False) -> str:
     with ``if_stale``, only when the build there is not fresh. Returns what it did."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     if if_stale:
-        files, why = plan(root, {}, suffix)
+        files, _ = plan(root, {}, suffix)
         if files:
             return "the native build is fresh"
     # Build-time tools: the ``native`` extra (mypy, which ships mypyc, and setuptools).

@@ -1,8 +1,9 @@
 """The errors the hub reports on the wire: their codes, what each means over HTTP, and the
 exception types that carry them.
 
-Standard library only: ``client_sdk`` imports this module (through :mod:`hub.protocol`).
-``hub/server/errors.py`` is the one place that turns these into each wire format's body.
+Standard library only: ``client_sdk`` imports this module. :mod:`hub.protocol` turns an error
+into a frame or a body (``error_frame``, ``error_body``, ``openai_error_body``);
+``hub/server/errors.py`` adds HTTP's status line and headers.
 
 Error tree (what the caller can do)::
 
@@ -139,7 +140,7 @@ class LimitExceeded(FixRequest):
 
 
 class TooDeep(FixRequest):
-    """JSON nested deeper than :data:`MAX_JSON_DEPTH`."""
+    """JSON nested deeper than :data:`hub.protocol.MAX_JSON_DEPTH`."""
 
     code = ErrorCode.INVALID
 
