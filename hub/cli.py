@@ -28,6 +28,8 @@ _HELP = {
     "commit_delay": "seconds a SQLite commit under load waits after the previous one "
                     "started, so more writes share its fsync (0: off)",
     "commit_siblings": "callers in the previous SQLite commit that make the next one wait",
+    "commit_gap": "seconds without a new write after which a waiting SQLite commit stops "
+                  "waiting (0: wait out --commit-delay)",
     "store": "store URL shared by several nodes, postgresql://USER@HOST:PORT/DB "
              "(default: the SQLite --db)",
     "bus": "bus between nodes, nats://HOST:PORT (default: this node serves alone)",
@@ -355,7 +357,8 @@ def bootstrap(settings: Settings) -> tuple[str, str] | None:
     async def run() -> tuple[str, str] | None:
         store = open_store(settings.store or settings.db, synchronous=settings.sync,
                            commit_delay=settings.commit_delay,
-                           commit_siblings=settings.commit_siblings)
+                           commit_siblings=settings.commit_siblings,
+                           commit_gap=settings.commit_gap)
         await store.open()
         try:
             return await store.bootstrap(settings.bootstrap_tenant, settings.bootstrap_human)

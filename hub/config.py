@@ -24,6 +24,10 @@ class Settings:
     #: commit_delay / commit_siblings). Light load never waits. 0: off.
     commit_delay: float = 0.003
     commit_siblings: int = 4
+    #: A commit waiting for company stops waiting once none has come for this many
+    #: seconds: company that stopped arriving is not worth the rest of the delay. 0: it
+    #: waits out ``commit_delay``.
+    commit_gap: float = 0.001
     #: Seconds a room may sit idle before it is dropped from memory (hibernation).
     room_idle: float = 30.0
     #: Messages a room's mailbox holds before callers get ``overloaded``.

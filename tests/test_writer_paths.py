@@ -157,6 +157,22 @@ async def test_commit_delay_batches_under_load_and_never_delays_the_rest(
         await store.close()
 
 
+async def test_a_commit_whose_company_stopped_coming_does_not_wait_out_the_delay(
+        tmp_path: Path) -> None:
+    """Under load the next commit waits for company, but once none has come for
+    ``commit_gap`` it commits: with an hour's delay and a short gap, a lone write after a
+    busy commit is durable long before the hour, and it did wait (one delayed commit)."""
+    store = SQLiteStore(tmp_path / "a.db", commit_delay=3600.0, commit_siblings=2,
+                        commit_gap=0.05)
+    await store.open()
+    try:
+        await _three(store, "b")
+        assert await asyncio.wait_for(store.apply([Insert(new_request("lone"))]), 30) == [True]
+        assert store.statistics()["delayed_commits"] == 1
+    finally:
+        await store.close()
+
+
 async def test_a_journal_step_reads_only_its_run_and_entry(tmp_path: Path) -> None:
     """``running`` and ``done`` each take one read (the run joined with its entry) and their
     writes: every statement of the writer is a hand-over of the GIL. Whether the tenant

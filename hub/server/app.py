@@ -68,7 +68,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     if store is None:
         store = open_store(settings.store or settings.db, synchronous=settings.sync,
                            commit_delay=settings.commit_delay,
-                           commit_siblings=settings.commit_siblings)
+                           commit_siblings=settings.commit_siblings,
+                           commit_gap=settings.commit_gap)
     hub = HubService(settings, store, clock, open_bus(settings.bus, drop=settings.bus_drop))
     mcp = mcp_endpoint(hub)  # None without the mcp extra
 

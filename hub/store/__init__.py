@@ -35,11 +35,12 @@ _POSTGRES = {"postgresql", "postgres"}
 
 
 def open_store(target: str, *, synchronous: str = "full", commit_delay: float = 0.0,
-               commit_siblings: int = 4) -> Store:
+               commit_siblings: int = 4, commit_gap: float = 0.0) -> Store:
     """The store for ``target``: a file path (SQLite) or a URL whose scheme names a backend.
 
     ``synchronous`` is SQLite's durability mode (``full`` survives power loss, ``normal``
-    survives kill -9), ``commit_delay`` / ``commit_siblings`` its group commit under load
+    survives kill -9), ``commit_delay`` / ``commit_siblings`` / ``commit_gap`` its group
+    commit under load
     (``SQLiteStore``); PostgreSQL's durability is the server's configuration. Raises
     :class:`UnsupportedStore` for a scheme this build lacks (or PostgreSQL without asyncpg);
     its message never shows a password.
@@ -49,7 +50,7 @@ def open_store(target: str, *, synchronous: str = "full", commit_delay: float = 
         from hub.store.sqlite import SQLiteStore
 
         return SQLiteStore(target, synchronous=synchronous, commit_delay=commit_delay,
-                           commit_siblings=commit_siblings)
+                           commit_siblings=commit_siblings, commit_gap=commit_gap)
     if scheme.lower() in _POSTGRES:
         try:
             from hub.store.postgres import PostgresStore

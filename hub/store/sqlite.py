@@ -10,7 +10,7 @@ but may lose the last commits on power loss; it is faster on slow disks.
 
 Under load a commit waits a little for company (``--commit-delay``, 3 ms, after a commit of
 at least ``--commit-siblings`` callers, 4): the next commit starts no sooner than the delay
-after the previous one started. A commit's cost is mostly fixed (WAL frames, fsync, the
+after the previous one started, unless no new write has come for ``--commit-gap`` (1 ms). A commit's cost is mostly fixed (WAL frames, fsync, the
 GIL hand-offs of its statements), so at 2,000 cycles/s this takes batches from ~6 to ~12
 callers and the hub's CPU per cycle from ~353 to ~300 µs (docs/performance.md, measured
 when it came); a lone caller never waits.
@@ -356,11 +356,13 @@ class _Writer:
     """One thread, one connection, group commit."""
 
     def __init__(self, path: str, synchronous: str, commit_delay: float = 0.0,
-                 commit_siblings: int = 4) -> None:
+                 commit_siblings: int = 4, commit_gap: float = 0.0) -> None:
         self._path = path
         self._sync = synchronous
         self._delay = commit_delay
         self._siblings = commit_siblings
+        #: a wait for company ends once none has come for this long (0: never)
+        self._gap = commit_gap or commit_delay
         self._q: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._run, name="a2h-sqlite-writer", daemon=True)
         self._ready = threading.Event()
@@ -463,7 +465,8 @@ class _Writer:
     def _fill(self, batch: list[_Job], until: float) -> bool:
         """Under load, let a batch of room writes fill until ``until`` (the previous commit's
         time counts): one fsync for more of them. A job that is not a room write (a journal
-        step, a lone caller awaiting its future) ends the wait at once. True: stop."""
+        step, a lone caller awaiting its future) ends the wait at once, and so does a gap of
+        ``commit_gap`` with nothing new. True: stop."""
         items = batch
         waited = False
         while all(job.ops is not None for job in items):
@@ -474,7 +477,7 @@ class _Writer:
                 waited = True
                 self.delayed += 1
             try:
-                item = self._q.get(timeout=wait)
+                item = self._q.get(timeout=min(wait, self._gap))
             except queue.Empty:
                 break
             if item is None:
@@ -772,10 +775,11 @@ class SQLiteStore:
     """SQLite backend of :class:`hub.store.base.Store`."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL", commit_delay: float = 0.0,
-                 commit_siblings: int = 4) -> None:
+                 commit_siblings: int = 4, commit_gap: float = 0.0) -> None:
         self.path = str(path)
         self.synchronous = synchronous.upper()
-        self._writer = _Writer(self.path, self.synchronous, commit_delay, commit_siblings)
+        self._writer = _Writer(self.path, self.synchronous, commit_delay, commit_siblings,
+                               commit_gap)
         self._reader: aiosqlite.Connection | None = None
         #: rooms are rebuilt on their own connection (and thread): after a restart with
         #: many overdue deadlines the first alarm sweep rebuilds thousands of rooms at once,
