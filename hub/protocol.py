@@ -79,6 +79,12 @@ class Kind(enum.StrEnum):
 #: A status's or kind's text, looked up: ``Enum.value`` is a property, two Python calls per
 #: use, and the hot path (views, hashes, store rows) reads these several times a cycle.
 TEXT: dict[Status | Kind, str] = {m: m.value for m in (*Status, *Kind)}
+#: ... and back: ``Kind(text)`` / ``Status(text)`` run ``EnumType.__call__`` and
+#: ``Enum.__new__``, Python code, where a dict lookup does (frames and store rows, each cycle).
+KIND_OF: dict[str, Kind] = {m.value: m for m in Kind}
+STATUS_OF: dict[str, Status] = {m.value: m for m in Status}
+#: what a human may respond with (``respond``'s ``status``)
+_RESPONSE_STATUS: dict[str, Status] = {m.value: m for m in (Status.ANSWERED, Status.DECLINED)}
 
 
 class CloseCode(enum.IntEnum):
@@ -325,11 +331,10 @@ def parse_ask(obj: dict[str, Any], fid: int) -> Ask:
         if not choices_raw:
             raise Invalid("field 'choices' must not be empty")
         choices = tuple(choices_raw)
-    kind_raw = obj.get("kind", Kind.QUESTION.value)
-    try:
-        kind = Kind(kind_raw)
-    except ValueError:
-        raise Invalid("field 'kind' must be 'question' or 'approval'") from None
+    kind_raw = obj.get("kind", "question")
+    kind = KIND_OF.get(kind_raw) if isinstance(kind_raw, str) else None
+    if kind is None:
+        raise Invalid("field 'kind' must be 'question' or 'approval'")
     wait = _wait(obj, MAX_WAIT_SECONDS)
     expires_in = _expires_in(obj)
     schema = obj.get("schema")
@@ -359,10 +364,11 @@ def _parse_wait(obj: dict[str, Any], fid: int) -> Wait:
 
 
 def _parse_respond(obj: dict[str, Any], fid: int) -> Respond:
-    status_raw = obj.get("status", Status.ANSWERED.value)
-    if status_raw not in (Status.ANSWERED.value, Status.DECLINED.value):
+    status_raw = obj.get("status", "answered")
+    status = _RESPONSE_STATUS.get(status_raw) if isinstance(status_raw, str) else None
+    if status is None:
         raise Invalid("field 'status' must be 'answered' or 'declined'")
-    return Respond(fid, OpId(_name(obj, "op_id")), obj.get("value"), Status(status_raw))
+    return Respond(fid, OpId(_name(obj, "op_id")), obj.get("value"), status)
 
 
 def _parse_history(obj: dict[str, Any], fid: int) -> HistoryQuery:

@@ -39,11 +39,34 @@ def test_ask_decodes_to_a_typed_frame() -> None:
     ('{"type": "ask", "id": 1, "op_id": "o", "to": "me", "question": "Q", "conversation": "c",'
      ' "choices": "yes,no"}', "invalid"),
     ('{"type": "respond", "id": 1, "op_id": "o", "status": "maybe"}', "invalid"),
+    ('{"type": "respond", "id": 1, "op_id": "o", "status": "pending"}', "invalid"),
+    ('{"type": "respond", "id": 1, "op_id": "o", "status": ["answered"]}', "invalid"),
+    ('{"type": "respond", "id": 1, "op_id": "o", "status": null}', "invalid"),
+    ('{"type": "ask", "id": 1, "op_id": "o", "to": "me", "question": "Q", "conversation": "c",'
+     ' "kind": "poll"}', "invalid"),
+    ('{"type": "ask", "id": 1, "op_id": "o", "to": "me", "question": "Q", "conversation": "c",'
+     ' "kind": ["question"]}', "invalid"),
+    ('{"type": "ask", "id": 1, "op_id": "o", "to": "me", "question": "Q", "conversation": "c",'
+     ' "kind": {"a": 1}}', "invalid"),
     ('{"type": "history", "id": 1, "limit": true}', "invalid"),
     ("x" * (p.MAX_FRAME_BYTES + 1), "too_large"),
 ])
 def test_bad_frames_get_codes(data: str, code: str) -> None:
     assert code_of(data) == code
+
+
+def test_kinds_and_statuses_decode_to_their_members() -> None:
+    """Kind and status are looked up from their text: the member itself, the default when
+    absent."""
+    ask = {"type": "ask", "id": 1, "op_id": "o", "to": "me", "question": "Q",
+           "conversation": "c"}
+    assert dec(ask).kind is p.Kind.QUESTION
+    assert dec({**ask, "kind": "approval"}).kind is p.Kind.APPROVAL
+    respond = {"type": "respond", "id": 1, "op_id": "o", "value": 1}
+    assert dec(respond).status is p.Status.ANSWERED
+    assert dec({**respond, "status": "declined"}).status is p.Status.DECLINED
+    assert p.KIND_OF == {k.value: k for k in p.Kind}
+    assert p.STATUS_OF == {s.value: s for s in p.Status}
 
 
 def test_frame_id_is_echoed_when_readable() -> None:

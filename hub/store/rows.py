@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from hub.core import Request
-from hub.protocol import TEXT, Kind, OpId, Status
+from hub.protocol import KIND_OF, STATUS_OF, TEXT, OpId
 
 REQUEST_COLUMNS = ("tenant, op_id, conversation, to_human, sender, payload, payload_hash, "
                    "status, value, actor, created_at, deadline, fixed_deadline, resolved_at, "
@@ -34,10 +34,10 @@ def row_to_request(row: Sequence[Any]) -> Request:
     p = orjson.loads(payload)
     return Request(
         tenant=tenant, op_id=OpId(op_id), conversation=conversation, to=to_human,
-        sender=sender, kind=Kind(p["kind"]), question=p["question"],
+        sender=sender, kind=KIND_OF[p["kind"]], question=p["question"],
         choices=tuple(p["choices"]) if p["choices"] is not None else None,
         context=p["context"], default=p["default"], schema=p.get("schema"),
-        tools=p.get("tools"), payload_hash=phash, status=Status(status),
+        tools=p.get("tools"), payload_hash=phash, status=STATUS_OF[status],
         value=orjson.loads(value) if value is not None else None, actor=actor,
         created_at=created_at, deadline=deadline, fixed_deadline=bool(fixed),
         resolved_at=resolved_at, human_seconds=human_seconds,
