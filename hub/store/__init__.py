@@ -40,10 +40,9 @@ def open_store(target: str, *, synchronous: str = "full", commit_delay: float = 
 
     ``synchronous`` is SQLite's durability mode (``full`` survives power loss, ``normal``
     survives kill -9), ``commit_delay`` / ``commit_siblings`` / ``commit_gap`` its group
-    commit under load
-    (``SQLiteStore``); PostgreSQL's durability is the server's configuration. Raises
-    :class:`UnsupportedStore` for a scheme this build lacks (or PostgreSQL without asyncpg);
-    its message never shows a password.
+    commit under load (``SQLiteStore``); PostgreSQL's durability is the server's
+    configuration. Raises :class:`UnsupportedStore` for a scheme this build lacks (or
+    PostgreSQL without asyncpg); its message never shows a password.
     """
     scheme, sep, _ = target.partition("://")
     if not sep:

@@ -10,10 +10,11 @@ but may lose the last commits on power loss; it is faster on slow disks.
 
 Under load a commit waits a little for company (``--commit-delay``, 3 ms, after a commit of
 at least ``--commit-siblings`` callers, 4): the next commit starts no sooner than the delay
-after the previous one started, unless no new write has come for ``--commit-gap`` (1 ms). A commit's cost is mostly fixed (WAL frames, fsync, the
-GIL hand-offs of its statements), so at 2,000 cycles/s this takes batches from ~6 to ~12
-callers and the hub's CPU per cycle from ~353 to ~300 µs (docs/performance.md, measured
-when it came); a lone caller never waits.
+after the previous one started, unless no new write has come for ``--commit-gap`` (1 ms).
+A commit's cost is mostly fixed (WAL frames, fsync, the GIL hand-offs of its statements),
+so at 2,000 cycles/s this takes batches from ~6 to ~12 callers and the hub's CPU per cycle
+from ~353 to ~300 µs (docs/performance.md, measured when it came); a lone caller never
+waits.
 
 When the database as a whole cannot be written (read-only, disk or size limit full, I/O
 error) the whole batch fails cleanly: rolled back, every caller gets a retryable
