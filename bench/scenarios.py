@@ -263,6 +263,9 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
             p.send({"cmd": "run", "m0": m0, "m1": m1, "stop": m1})
         meter = _cpu_meter(server, procs)
         sleep_until_ns(m0)
+        # The writer's counters at both ends of the window (read outside the CPU meter):
+        # commits and batch sizes of the measured cycles, not of the warm-up.
+        store0 = server.metrics() if kind == "hub" else {}
         meter.start()
         loop0 = _thread_cpu(server.pid)
         rss0 = server.rss_kib()
@@ -272,6 +275,7 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
         used = meter.stop()
         loop_used = _thread_cpu(server.pid) - loop0
         rss1 = server.rss_kib()
+        store1 = server.metrics() if kind == "hub" else {}
         time.sleep(0.5)  # let in-flight cycles finish (they are outside the window anyway)
         results = []
         for p in procs:
@@ -318,11 +322,13 @@ def cycles_once(kind: str, n: int, plan: Plan, *, dialect: str | None = None,
         "offered_per_s": round(rate * n, 1) if rate else None,
     }
     if metrics:
-        commits = metrics.get("a2h_store_commits_total", 0)
-        items = metrics.get("a2h_store_commit_items_total", 0)
-        out["store_commits"] = commits
+        commits = store1.get("a2h_store_commits_total", 0) - store0.get("a2h_store_commits_total", 0)
+        items = (store1.get("a2h_store_commit_items_total", 0)
+                 - store0.get("a2h_store_commit_items_total", 0))
+        out["store_commits"] = commits  # in the window
+        out["store_commits_per_cycle"] = round(commits / cycles, 3) if cycles else None
         out["store_mean_batch"] = round(items / commits, 1) if commits else None
-        out["store_max_batch"] = metrics.get("a2h_store_commit_batch_max")
+        out["store_max_batch"] = metrics.get("a2h_store_commit_batch_max")  # since start
     out["answer_to_agent_cdf"] = _sys.cdf_points(lat_b, 1e-3)
     return out
 
