@@ -237,6 +237,12 @@ def connect_sync(path: str | Path, synchronous: str = "FULL") -> sqlite3.Connect
     # kept on disk forever.
     conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     migrate(conn, str(path))
+    # After the migrations (a VACUUM would build its copy of the database in memory): the
+    # table a bulk resolution's ``UPDATE ... FROM`` fills is held in memory, not in a
+    # temporary file created and unlinked for most commits (open, write, unlink and close:
+    # ~10 % of the writer's CPU a commit, ``python -m bench.writer``). Statement journals
+    # are not affected: a large one still spills to disk.
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 
